@@ -1,0 +1,49 @@
+"""Scan whole datasets and print a table: pairs, image sizes, person fraction, problems.
+
+    python scripts/check_data.py eg_portrait ccp vikram_human_seg
+    python scripts/check_data.py all data.root=../shared/datasets
+    python scripts/check_data.py folder data.root=/my/data \
+        data.folder.mask_pattern="{stem}_mask.png"
+
+Names are data configs (configs/data/); arguments with '=' are Hydra overrides.
+Exits 1 when a problem was found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from seg.config import compose_config
+from seg.data import SOURCE_NAMES, source_names
+from seg.data.check import format_reports, scan_source
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("args", nargs="+", help="dataset names (or 'all') and key=value overrides")
+    parser.add_argument("--workers", type=int, default=2, help="decoding processes")
+    parser.add_argument("--json", type=Path, help="also write the reports as JSON here")
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    overrides = [a for a in ns.args if "=" in a]
+    names = [a for a in ns.args if "=" not in a]
+    if names == ["all"]:
+        names = list(SOURCE_NAMES)
+    reports = []
+    for name in names:
+        cfg = compose_config([f"data={name}", *overrides]).data
+        reports.extend(scan_source(cfg, source, ns.workers) for source in source_names(cfg))
+    print(format_reports(reports))
+    if ns.json:
+        ns.json.write_text(json.dumps([r.as_dict() for r in reports], indent=2))
+    return 1 if any(r.problems for r in reports) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Datasets, transforms and loaders for human segmentation."""
+
+from seg.data.datasets import (
+    SOURCE_NAMES,
+    SegDataset,
+    build_dataset,
+    build_eval_datasets,
+    list_source,
+    save_splits,
+    source_names,
+)
+from seg.data.io import IGNORE_INDEX, BadSampleError
+from seg.data.loader import build_loader
+
+__all__ = [
+    "IGNORE_INDEX",
+    "SOURCE_NAMES",
+    "BadSampleError",
+    "SegDataset",
+    "build_dataset",
+    "build_eval_datasets",
+    "build_loader",
+    "list_source",
+    "save_splits",
+    "source_names",
+]

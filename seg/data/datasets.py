@@ -1,0 +1,176 @@
+"""The dataset every stage uses, and the builders that read the data config."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from seg.config import BadSamplePolicy, DataConfig, DatasetName
+from seg.data.download import ensure_dataset, resolve_data_root
+from seg.data.folder import list_folder
+from seg.data.io import (
+    IGNORE_INDEX,
+    BadSampleError,
+    encode_mask,
+    fit_mask_to_image,
+    read_image,
+    read_mask_array,
+)
+from seg.data.listing import SPLITS, Listing, SampleRef, list_ccp, list_eg_portrait, list_vikram
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg")
+_IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+_IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+Transform = Callable[..., dict]
+
+
+class SegDataset(Dataset):
+    """Image/mask pairs -> dicts: image float (3,H,W), mask long (H,W), id, source, skipped.
+
+    Mask values: 0 background, 1 person, 255 ignore. ``transform`` is an albumentations pipeline
+    (see ``seg.data.transforms``) called as ``transform(image=..., mask=...)`` that ends in a
+    tensor conversion; without one the image is only normalised (ImageNet statistics).
+    With ``on_bad_sample="skip"`` a bad pair is logged and replaced by the next good one;
+    ``skipped`` in the returned sample counts how many were passed over to reach it.
+    """
+
+    def __init__(
+        self,
+        refs: list[SampleRef],
+        transform: Transform | None = None,
+        on_bad_sample: BadSamplePolicy = BadSamplePolicy.error,
+        mask_resize_tolerance: float = 0.01,
+    ) -> None:
+        self.refs = list(refs)
+        self.transform = transform
+        self.on_bad_sample = BadSamplePolicy(on_bad_sample)
+        self.mask_resize_tolerance = mask_resize_tolerance
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def load_raw(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return uint8 RGB (H, W, 3) and uint8 mask (H, W) in {0, 1, 255}, same size."""
+        ref = self.refs[index]
+        image = read_image(ref.image)
+        spec = ref.mask_spec
+        raw = read_mask_array(ref.mask, spec.mat_key)
+        mask = encode_mask(raw, spec.encoding, ref.mask, spec.alpha_threshold, spec.ignore_value)
+        mask = fit_mask_to_image(mask, image.shape[:2], ref.mask, self.mask_resize_tolerance)
+        return image, mask
+
+    def __getitem__(self, index: int) -> dict:
+        for skipped in range(len(self.refs)):
+            i = (index + skipped) % len(self.refs)
+            try:
+                image, mask = self.load_raw(i)
+            except BadSampleError as err:
+                if self.on_bad_sample is BadSamplePolicy.error:
+                    raise
+                log.warning("skipping bad sample %s", err)
+                continue
+            sample = self._to_tensors(image, mask)
+            ref = self.refs[i]
+            sample.update(id=ref.id, source=ref.source, skipped=skipped)
+            return sample
+        raise RuntimeError(f"all {len(self.refs)} samples of the dataset are bad (see the log)")
+
+    def _to_tensors(self, image: np.ndarray, mask: np.ndarray) -> dict:
+        if self.transform is not None:
+            out = self.transform(image=image, mask=mask)
+            return {"image": out["image"], "mask": torch.as_tensor(out["mask"]).long()}
+        normalised = (image.astype(np.float32) / 255.0 - _IMAGENET_MEAN) / _IMAGENET_STD
+        return {
+            "image": torch.from_numpy(normalised.transpose(2, 0, 1).copy()),
+            "mask": torch.from_numpy(mask).long(),
+        }
+
+
+def list_source(cfg: DataConfig, name: str) -> Listing:
+    """List one real source (or the ``folder`` dataset) under the configured data root.
+
+    A missing real dataset is downloaded when ``cfg.download`` is true.
+    """
+    root = resolve_data_root(cfg.root)
+    policy = BadSamplePolicy(cfg.on_bad_sample)
+    if name == DatasetName.folder.value:
+        return list_folder(root, cfg.folder, cfg.val_fraction, cfg.test_fraction, policy)
+    if name not in SOURCE_NAMES:
+        raise ValueError(f"unknown dataset source {name!r}; valid: {[*SOURCE_NAMES, 'folder']}")
+    folder = ensure_dataset(name, root, cfg.download)
+    if name == "eg_portrait":
+        return list_eg_portrait(folder, cfg.val_fraction, policy)
+    if name == "ccp":
+        return list_ccp(folder, cfg.val_fraction, cfg.test_fraction, policy)
+    return list_vikram(folder, cfg.val_fraction, cfg.test_fraction, policy)
+
+
+def source_names(cfg: DataConfig) -> list[str]:
+    """The sources a data config reads: its ``sources`` for human_mix, else its own name."""
+    name = DatasetName(cfg.name).value
+    if name != DatasetName.human_mix.value:
+        return [name]
+    if not cfg.sources:
+        raise ValueError("data.sources is empty; human_mix needs at least one source")
+    unknown = [s for s in cfg.sources if s not in SOURCE_NAMES]
+    if unknown:
+        raise ValueError(f"data.sources has unknown names {unknown}; valid: {list(SOURCE_NAMES)}")
+    return list(cfg.sources)
+
+
+def build_dataset(cfg: DataConfig, split: str, transform: Transform | None = None) -> SegDataset:
+    """One dataset for a split; for human_mix the union of the sources' splits."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {list(SPLITS)}")
+    refs = [ref for name in source_names(cfg) for ref in list_source(cfg, name).split_refs(split)]
+    return SegDataset(refs, transform, cfg.on_bad_sample, cfg.mask_resize_tolerance)
+
+
+def build_eval_datasets(
+    cfg: DataConfig, split: str, transform: Transform | None = None
+) -> dict[str, SegDataset]:
+    """One dataset per source for a split, so that results are reported per source."""
+    return {
+        name: SegDataset(
+            list_source(cfg, name).split_refs(split),
+            transform,
+            cfg.on_bad_sample,
+            cfg.mask_resize_tolerance,
+        )
+        for name in source_names(cfg)
+    }
+
+
+def save_splits(cfg: DataConfig, out_dir: Path) -> list[Path]:
+    """Write the id list of every split of every source to ``out_dir/<source>_<split>.txt``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in source_names(cfg):
+        listing = list_source(cfg, name)
+        for split, ids in listing.splits.items():
+            path = out_dir / f"{name}_{split}.txt"
+            tmp = path.with_suffix(".txt.tmp")
+            tmp.write_text("".join(f"{i}\n" for i in ids))
+            tmp.replace(path)
+            written.append(path)
+    return written
+
+
+__all__ = [
+    "IGNORE_INDEX",
+    "SOURCE_NAMES",
+    "SegDataset",
+    "build_dataset",
+    "build_eval_datasets",
+    "list_source",
+    "save_splits",
+    "source_names",
+]

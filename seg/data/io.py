@@ -1,0 +1,149 @@
+"""Reading images and masks from disk into the project's canonical arrays.
+
+Canonical forms: image uint8 (H, W, 3) RGB; mask uint8 (H, W) with 0 background, 1 person and
+IGNORE_INDEX for pixels that carry no label. Every failure raises ``BadSampleError`` naming the
+file and the problem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import scipy.io
+
+from seg.config import MaskEncoding
+
+IGNORE_INDEX = 255
+
+
+class BadSampleError(ValueError):
+    """A sample that cannot be used: corrupt file, missing mask, size mismatch, bad values."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+def read_image(path: Path) -> np.ndarray:
+    """Decode an image file into uint8 (H, W, 3) RGB; grayscale and RGBA become RGB.
+
+    EXIF orientation is ignored on purpose: the masks are drawn on the stored pixel grid.
+    """
+    data = _read_bytes(path)
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+    if image is None:
+        raise BadSampleError(path, "corrupt or unreadable image (the decoder could not read it)")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def read_mask_array(path: Path, mat_key: str | None = None) -> np.ndarray:
+    """Read a raw 2-D mask array from an image file (PNG, BMP, ...) or a MATLAB ``.mat`` file."""
+    if path.suffix.lower() == ".mat":
+        try:
+            content = scipy.io.loadmat(str(path))
+        except FileNotFoundError:
+            raise BadSampleError(path, "mask file is missing") from None
+        except Exception as exc:  # scipy raises several types for corrupt files
+            raise BadSampleError(path, f"corrupt or unreadable .mat file ({exc})") from exc
+        keys = [k for k in content if not k.startswith("__")]
+        if mat_key is None and len(keys) == 1:
+            mat_key = keys[0]
+        if mat_key not in content:
+            raise BadSampleError(
+                path, f"expected variable {mat_key!r} in the .mat file, found {keys}"
+            )
+        array = np.asarray(content[mat_key])
+    else:
+        array = cv2.imdecode(_read_bytes(path), cv2.IMREAD_UNCHANGED)
+        if array is None:
+            raise BadSampleError(path, "corrupt or unreadable mask image")
+        if array.ndim == 3:
+            # A mask saved as RGB(A): usable only if its colour channels agree.
+            colour = array[..., :3]
+            if not (colour == colour[..., :1]).all():
+                raise BadSampleError(
+                    path,
+                    f"mask has {array.shape[2]} channels that differ; expected a 1-channel mask",
+                )
+            array = colour[..., 0]
+    if array.ndim != 2:
+        raise BadSampleError(path, f"mask must be 2-D, got shape {array.shape}")
+    return array
+
+
+def encode_mask(
+    raw: np.ndarray,
+    encoding: MaskEncoding,
+    path: Path,
+    alpha_threshold: int = 128,
+    ignore_value: int | None = None,
+) -> np.ndarray:
+    """Turn a raw mask of a given encoding into the canonical {0, 1, IGNORE_INDEX} uint8 mask."""
+    ignore = raw == ignore_value if ignore_value is not None else None
+    values = np.unique(raw[~ignore] if ignore is not None else raw)
+    if encoding in (MaskEncoding.binary01, MaskEncoding.binary255):
+        on = 1 if encoding is MaskEncoding.binary01 else 255
+        unexpected = np.setdiff1d(values, [0, on])
+        if unexpected.size:
+            raise BadSampleError(
+                path,
+                f"unexpected mask values {_preview(unexpected)} for encoding {encoding.value} "
+                f"(expected only 0 and {on})",
+            )
+        person = raw == on
+    elif encoding in (MaskEncoding.labels, MaskEncoding.instances):
+        if values.size and values.min() < 0:
+            raise BadSampleError(path, f"negative {encoding.value} in mask: {_preview(values)}")
+        person = raw > 0
+    elif encoding is MaskEncoding.alpha:
+        if values.size and (values.min() < 0 or values.max() > 255):
+            raise BadSampleError(path, f"alpha values outside 0..255: {_preview(values)}")
+        person = raw >= alpha_threshold
+    else:  # pragma: no cover - the enum is exhaustive
+        raise ValueError(f"unknown mask encoding {encoding!r}")
+    mask = person.astype(np.uint8)
+    if ignore is not None:
+        mask[ignore] = IGNORE_INDEX
+    return mask
+
+
+def fit_mask_to_image(
+    mask: np.ndarray, image_hw: tuple[int, int], path: Path, tolerance: float
+) -> np.ndarray:
+    """Return ``mask`` at the image's size.
+
+    A mask smaller than its image (e.g. vikram_human_seg) is resized with nearest neighbour when
+    the aspect ratios agree within ``tolerance`` (relative); anything else is a size mismatch.
+    """
+    mh, mw = mask.shape
+    ih, iw = image_hw
+    if (mh, mw) == (ih, iw):
+        return mask
+    aspect_gap = abs((mw / mh) / (iw / ih) - 1.0)
+    if mh <= ih and mw <= iw and aspect_gap <= tolerance:
+        return cv2.resize(mask, (iw, ih), interpolation=cv2.INTER_NEAREST)
+    raise BadSampleError(
+        path,
+        f"mask size {mw}x{mh} does not match image size {iw}x{ih} (W x H); a smaller mask is "
+        f"resized only when the aspect ratios agree within {tolerance:.0%} (here {aspect_gap:.1%})",
+    )
+
+
+def _read_bytes(path: Path) -> np.ndarray:
+    try:
+        data = np.fromfile(str(path), dtype=np.uint8)
+    except FileNotFoundError:
+        raise BadSampleError(path, "file is missing") from None
+    except OSError as exc:
+        raise BadSampleError(path, f"cannot read file ({exc})") from exc
+    if data.size == 0:
+        raise BadSampleError(path, "file is empty")
+    return data
+
+
+def _preview(values: np.ndarray, limit: int = 8) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return f"[{shown}{', ...' if values.size > limit else ''}]"

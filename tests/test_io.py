@@ -1,0 +1,108 @@
+"""Reading images and masks: encodings, resizing rule, and clear errors for bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import scipy.io
+
+from seg.config import MaskEncoding
+from seg.data.io import BadSampleError, encode_mask, fit_mask_to_image, read_image, read_mask_array
+
+P = Path("m.png")
+
+
+def test_read_image_is_rgb_and_grayscale_becomes_rgb(tmp_path: Path) -> None:
+    bgr = np.zeros((4, 5, 3), np.uint8)
+    bgr[..., 2] = 200  # red in OpenCV's BGR order
+    cv2.imwrite(str(tmp_path / "c.png"), bgr)
+    cv2.imwrite(str(tmp_path / "g.png"), np.full((4, 5), 77, np.uint8))
+    rgb = read_image(tmp_path / "c.png")
+    assert rgb.shape == (4, 5, 3) and rgb[0, 0].tolist() == [200, 0, 0]
+    gray = read_image(tmp_path / "g.png")
+    assert gray.shape == (4, 5, 3) and (gray == 77).all()
+
+
+def test_corrupt_truncated_and_missing_images_name_the_file(
+    shared_datasets: Path, tmp_path: Path
+) -> None:
+    real = (shared_datasets / "ccp" / "photos" / "0001.jpg").read_bytes()
+    (tmp_path / "half.jpg").write_bytes(real[: len(real) // 2])
+    (tmp_path / "junk.jpg").write_bytes(b"not an image at all")
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    for name, words in [("half.jpg", "corrupt"), ("junk.jpg", "corrupt"), ("empty.jpg", "empty"),
+                        ("absent.jpg", "missing")]:  # fmt: skip
+        with pytest.raises(BadSampleError, match=words) as info:
+            read_image(tmp_path / name)
+        assert name in str(info.value)
+
+
+def test_mat_masks_read_named_variable_and_reject_missing_key(tmp_path: Path) -> None:
+    mask = np.array([[0, 1], [1, 0]], np.uint8)
+    scipy.io.savemat(tmp_path / "a.mat", {"mask": mask})
+    assert (read_mask_array(tmp_path / "a.mat", "mask") == mask).all()
+    with pytest.raises(BadSampleError, match=r"expected variable 'groundtruth'.*\['mask'\]"):
+        read_mask_array(tmp_path / "a.mat", "groundtruth")
+    (tmp_path / "bad.mat").write_bytes(b"MATLAB 5.0 garbage")
+    with pytest.raises(BadSampleError, match=r"bad\.mat"):
+        read_mask_array(tmp_path / "bad.mat", "mask")
+
+
+def test_rgb_mask_with_equal_channels_is_accepted_and_coloured_one_rejected(tmp_path: Path) -> None:
+    grey = np.dstack([np.array([[0, 255]], np.uint8)] * 3)
+    cv2.imwrite(str(tmp_path / "grey.png"), grey)
+    assert read_mask_array(tmp_path / "grey.png").tolist() == [[0, 255]]
+    colour = grey.copy()
+    colour[0, 1, 0] = 3
+    cv2.imwrite(str(tmp_path / "colour.png"), colour)
+    with pytest.raises(BadSampleError, match="channels that differ"):
+        read_mask_array(tmp_path / "colour.png")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "raw", "expected"),
+    [
+        (MaskEncoding.binary01, [[0, 1, 1]], [[0, 1, 1]]),
+        (MaskEncoding.binary255, [[0, 255, 0]], [[0, 1, 0]]),
+        (MaskEncoding.labels, [[0, 5, 59]], [[0, 1, 1]]),
+        (MaskEncoding.instances, [[0, 1, 2]], [[0, 1, 1]]),
+        (MaskEncoding.alpha, [[0, 127, 128]], [[0, 0, 1]]),
+    ],
+)
+def test_encodings(encoding: MaskEncoding, raw: list, expected: list) -> None:
+    out = encode_mask(np.array(raw, np.uint8), encoding, P, alpha_threshold=128)
+    assert out.dtype == np.uint8 and out.tolist() == expected
+
+
+def test_ignore_value_becomes_255_and_is_not_a_label() -> None:
+    raw = np.array([[0, 1, 255]], np.uint8)
+    assert encode_mask(raw, MaskEncoding.binary01, P, ignore_value=255).tolist() == [[0, 1, 255]]
+    raw16 = np.array([[0, 3, 1000]], np.uint16)
+    out = encode_mask(raw16, MaskEncoding.instances, P, ignore_value=1000)
+    assert out.tolist() == [[0, 1, 255]]
+
+
+def test_unexpected_values_are_reported_with_the_file() -> None:
+    with pytest.raises(BadSampleError, match=r"m.png.*unexpected mask values \[7\].*binary01"):
+        encode_mask(np.array([[0, 1, 7]], np.uint8), MaskEncoding.binary01, P)
+    with pytest.raises(BadSampleError, match=r"unexpected mask values \[1\].*binary255"):
+        encode_mask(np.array([[0, 1, 255]], np.uint8), MaskEncoding.binary255, P)
+
+
+def test_smaller_mask_with_same_aspect_is_resized_nearest() -> None:
+    mask = np.array([[0, 1], [1, 0]], np.uint8)
+    out = fit_mask_to_image(mask, (4, 4), P, 0.01)
+    assert out.tolist() == [[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]]
+
+
+def test_non_integer_scale_with_same_aspect_is_resized() -> None:
+    assert fit_mask_to_image(np.zeros((2, 2), np.uint8), (3, 3), P, 0.01).shape == (3, 3)
+
+
+@pytest.mark.parametrize("image_hw", [(4, 6), (1, 1)])  # aspect off by 50%; mask larger
+def test_mismatched_mask_size_is_an_error(image_hw: tuple[int, int]) -> None:
+    with pytest.raises(BadSampleError, match=r"mask size 2x2 does not match image size"):
+        fit_mask_to_image(np.zeros((2, 2), np.uint8), image_hw, P, 0.01)
