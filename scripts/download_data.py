@@ -1,0 +1,68 @@
+"""Download the public datasets into the data folder.
+
+    python scripts/download_data.py all
+    python scripts/download_data.py vikram_human_seg ccp --root /big/disk/data
+    python scripts/download_data.py ccp --url file:///tmp/fe34fb77721a9973fbae92c05f7f12b664d10110.tar.gz
+
+The root defaults to $SEG_DATA_DIR, else the repository's data/ folder. See data/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from seg.data.download import SOURCES, DownloadError, download_dataset, resolve_data_root
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "names",
+        nargs="+",
+        choices=[*SOURCES, "all"],
+        metavar="NAME",
+        help=f"datasets to fetch: {', '.join(SOURCES)} or all",
+    )
+    parser.add_argument("--root", type=Path, help="data root (default: $SEG_DATA_DIR or data/)")
+    parser.add_argument("--url", help="fetch from this URL (http(s):// or file://), one NAME only")
+    parser.add_argument("--force", action="store_true", help="replace an existing dataset folder")
+    parser.add_argument("--timeout", type=float, default=60.0, help="network timeout, seconds")
+    parser.add_argument("--keep-archive", action="store_true", help="keep root/.downloads/*.tar.gz")
+    args = parser.parse_args(argv)
+    args.names = list(SOURCES) if "all" in args.names else list(dict.fromkeys(args.names))
+    if args.url and len(args.names) != 1:
+        parser.error(f"--url needs exactly one NAME, got {args.names}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    args = parse_args(argv)
+    root = args.root.expanduser().absolute() if args.root else resolve_data_root(REPO / "data")
+    for name in args.names:
+        try:
+            folder = download_dataset(
+                name,
+                root,
+                url=args.url,
+                force=args.force,
+                timeout=args.timeout,
+                keep_archive=args.keep_archive,
+            )
+        except DownloadError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(f"interrupted; nothing of {name} was left half-done", file=sys.stderr)
+            return 130
+        print(f"{name}: {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

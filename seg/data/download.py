@@ -1,0 +1,390 @@
+"""Fetch the public datasets from their GitHub repositories, atomically.
+
+Each dataset is the archive of one repository at a pinned commit. Only the files the project
+uses are extracted, into ``<root>/<name>/`` in the layout the repository publishes. The work
+happens in hidden siblings (``.downloads/<name>-<commit>.tar.gz.part``,
+``.<name>.partial-*``) that are renamed into place only once complete and verified, so an
+interrupted or corrupt download never leaves a dataset folder that a later run would use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fnmatch
+import gzip
+import http.client
+import json
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+ENV_DATA_DIR = "SEG_DATA_DIR"
+MARKER = ".seg_download.json"
+_CHUNK = 1 << 20
+# What a truncated or damaged archive raises while it is read.
+_CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+class DownloadError(RuntimeError):
+    """A dataset could not be fetched, unpacked or verified; nothing half-done was left."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset is missing and downloading is switched off."""
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """One dataset as published in a GitHub repository at a fixed commit.
+
+    ``members`` are patterns of the repository paths to keep, matched one path component at a
+    time (``*`` never crosses ``/``). ``counts`` maps a folder to the exact number of files it
+    holds once extracted; ``required`` lists single files that must be there.
+    """
+
+    name: str
+    repo: str  # "owner/name"
+    commit: str
+    members: tuple[str, ...]
+    counts: Mapping[str, int] = field(hash=False)
+    required: tuple[str, ...] = ()
+    note: str = ""  # anything a person fetching it by hand must know
+
+    def __post_init__(self) -> None:
+        # Read-only, so that the shared SOURCES entries cannot be changed by accident.
+        object.__setattr__(self, "counts", MappingProxyType(dict(self.counts)))
+
+    @property
+    def url(self) -> str:
+        """GitHub's archive of the repository at ``commit``."""
+        return f"https://github.com/{self.repo}/archive/{self.commit}.tar.gz"
+
+    @property
+    def archive_top(self) -> str:
+        """The archive's top folder, ``{repo}-{commit}``."""
+        return f"{self.repo.split('/')[-1]}-{self.commit}"
+
+    def wants(self, relpath: str) -> bool:
+        """Whether the repository file ``relpath`` (posix, no top folder) is kept."""
+        parts = relpath.split("/")
+        for pattern in self.members:
+            pattern_parts = pattern.split("/")
+            if len(parts) == len(pattern_parts) and all(
+                fnmatch.fnmatchcase(p, q) for p, q in zip(parts, pattern_parts, strict=True)
+            ):
+                return True
+        return False
+
+
+SOURCES: dict[str, DatasetSource] = {
+    s.name: s
+    for s in (
+        DatasetSource(
+            name="eg_portrait",
+            repo="bio-punk/AutoPortraitMatting",
+            commit="5c89932069955ccf18a81ba824e466f8135aced4",
+            members=(
+                "README*",
+                "LICENSE*",
+                "data/alldata_urls.txt",
+                "data/trainlist.mat",
+                "data/testlist.mat",
+                "data/images_data_crop/*.jpg",
+                "data/images_mask/*.mat",
+            ),
+            counts={"data/images_data_crop": 1605, "data/images_mask": 1887},
+            required=("data/trainlist.mat", "data/testlist.mat"),
+            note="the uncropped originals (data/images_data/) and the other folders are not used",
+        ),
+        DatasetSource(
+            name="ccp",
+            repo="bearpaw/clothing-co-parsing",
+            commit="fe34fb77721a9973fbae92c05f7f12b664d10110",
+            members=(
+                "README*",
+                "LICENSE*",
+                "label_list.mat",
+                "photos/0[0-9][0-9][0-9].jpg",
+                "photos/100[0-4].jpg",
+                "annotations/pixel-level/*.mat",
+            ),
+            counts={"photos": 1004, "annotations/pixel-level": 1004},
+            required=("label_list.mat",),
+            note="keep only photos/0001.jpg .. 1004.jpg (the photos with pixel-level labels)",
+        ),
+        DatasetSource(
+            name="vikram_human_seg",
+            repo="VikramShenoy97/Human-Segmentation-Dataset",
+            commit="fe4efc56003005a58b7d2449aa563a20e3861e24",
+            members=("README*", "Training_Images/*.jpg", "Ground_Truth/*.png"),
+            counts={"Training_Images": 290, "Ground_Truth": 290},
+        ),
+    )
+}
+
+
+def get_source(name: str) -> DatasetSource:
+    """Look a downloadable dataset up by name; the error lists the valid names."""
+    try:
+        return SOURCES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown dataset {name!r}; downloadable datasets: {', '.join(SOURCES)}"
+        ) from None
+
+
+def _count_files(folder: Path) -> int:
+    return sum(1 for e in os.scandir(folder) if e.is_file() and not e.name.startswith("."))
+
+
+def layout_problems(source: DatasetSource, folder: Path, exact: bool = False) -> list[str]:
+    """What is missing from ``folder`` compared with the published layout (empty: complete)."""
+    problems = []
+    for rel, expected in source.counts.items():
+        if not (folder / rel).is_dir():
+            problems.append(f"{rel}/ is missing (expected {expected} files)")
+            continue
+        found = _count_files(folder / rel)
+        if found < expected or (exact and found != expected):
+            problems.append(f"{rel}/ has {found} files, expected {expected}")
+    problems += [f"{rel} is missing" for rel in source.required if not (folder / rel).is_file()]
+    return problems
+
+
+def is_present(name: str, root: Path) -> bool:
+    """Whether ``root/name`` holds the published layout with at least the expected file counts.
+
+    A local copy without a download marker (e.g. a shared read-only copy) counts as present.
+    """
+    folder = Path(root) / name
+    return folder.is_dir() and not layout_problems(get_source(name), folder)
+
+
+def manual_instructions(source: DatasetSource, root: Path) -> str:
+    """How to get ``source`` into ``root`` by command, by hand, or from an existing copy."""
+    target = Path(root) / source.name
+    parts = [f"{rel}/ ({n} files)" for rel, n in source.counts.items()] + list(source.required)
+    note = f"; {source.note}" if source.note else ""
+    return (
+        f"To get {source.name!r}, do one of:\n"
+        f"  1. run: python scripts/download_data.py {source.name} --root {root}\n"
+        f"  2. by hand: download {source.url}\n"
+        f"     (repository {source.repo}, commit {source.commit}), unpack it and copy\n"
+        f"     {', '.join(parts)} (and README/LICENSE if present) from its top folder\n"
+        f"     {source.archive_top}/ into {target}/, keeping the same layout{note}\n"
+        f"     (or fetch the archive elsewhere and run step 1 with\n"
+        f"     --url file:///path/to/{source.commit}.tar.gz);\n"
+        f"  3. use an existing copy: set {ENV_DATA_DIR}=/path/to/datasets (or data.root=...),\n"
+        f"     the folder that holds {source.name}/."
+    )
+
+
+def resolve_data_root(root: str | Path, base: Path | None = None) -> Path:
+    """The absolute data root: ``$SEG_DATA_DIR`` if set, else ``root`` (relative to ``base``,
+    default the current directory)."""
+    path = Path(os.environ.get(ENV_DATA_DIR) or root).expanduser()
+    return path if path.is_absolute() else (base or Path.cwd()).absolute() / path
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise downloads of one dataset between processes (e.g. the ranks of a DDP job)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; concurrent downloads are the caller's care
+        yield
+        return
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _fetch(url: str, dest: Path, timeout: float) -> None:
+    """Stream ``url`` to ``dest.part``, then rename it to ``dest`` once complete."""
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as out:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, disable=None) as bar:
+                while chunk := response.read(_CHUNK):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+            received = out.tell()
+        if total is not None and received != total:
+            raise ConnectionError(f"truncated download: received {received} of {total} bytes")
+        os.replace(part, dest)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
+def _relative(name: str, top: str | None) -> tuple[str, str]:
+    """Split an archive entry into (top folder, path below it), rejecting unsafe names."""
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or "\\" in name:
+        raise DownloadError(f"unsafe path {name!r} in the archive (absolute or with '..')")
+    if not path.parts:  # "." or ""
+        return top or "", ""
+    first, rest = path.parts[0], "/".join(path.parts[1:])
+    if top is not None and first != top:
+        raise DownloadError(f"entries under both {top}/ and {first}/: not one repository")
+    return first, rest
+
+
+def _extract(source: DatasetSource, archive: Path, dest: Path) -> int:
+    """Copy the wanted regular files of ``archive`` into ``dest``; return how many."""
+    copied, top = 0, None
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar:
+            top, rel = _relative(member.name, top)
+            if not rel or not source.wants(rel):
+                continue
+            if not member.isfile():  # a link could point anywhere; the data holds none
+                raise DownloadError(f"{member.name} in the archive is not a regular file")
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(member) as src, open(dest / rel, "wb") as out:
+                shutil.copyfileobj(src, out, _CHUNK)
+            copied += 1
+        # Read to the end so that gzip checks its length and CRC.
+        while tar.fileobj.read(_CHUNK):
+            pass
+    if top is not None and top != source.archive_top:
+        log.info("%s: archive top folder is %s/, not %s/", source.name, top, source.archive_top)
+    return copied
+
+
+def _swap_in(new: Path, target: Path) -> None:
+    """Move ``new`` to ``target``; an existing ``target`` is set aside first, removed last."""
+    if not target.exists() and not target.is_symlink():
+        os.replace(new, target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent)) / "old"
+    os.replace(target, old)
+    try:
+        os.replace(new, target)
+    except BaseException:
+        os.replace(old, target)
+        old.parent.rmdir()
+        raise
+    # A symlinked local copy is unlinked, never emptied.
+    if old.is_symlink():
+        old.unlink()
+    shutil.rmtree(old.parent, ignore_errors=True)
+
+
+def _unpack(source: DatasetSource, archive: Path, root: Path, url: str) -> None:
+    """Extract, verify, mark and swap ``archive`` into ``root/name``; clean up on any failure."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{source.name}.partial-", dir=root))
+    try:
+        try:
+            copied = _extract(source, archive, tmp)
+        except _CORRUPT as e:
+            raise DownloadError(
+                f"archive {archive} (from {url}) is truncated or corrupt: {e!r}"
+            ) from e
+        problems = layout_problems(source, tmp, exact=True)
+        if problems:
+            raise DownloadError(
+                f"archive from {url} does not hold the expected {source.name} files: "
+                + "; ".join(problems)
+            )
+        marker = {
+            "name": source.name,
+            "repo": source.repo,
+            "commit": source.commit,
+            "url": url,
+            "counts": dict(source.counts),
+            "files": copied,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        _swap_in(tmp, root / source.name)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, DownloadError):  # bad content: never reuse this archive
+            archive.unlink(missing_ok=True)
+        raise
+
+
+def download_dataset(
+    source: DatasetSource | str,
+    root: Path,
+    url: str | None = None,
+    force: bool = False,
+    timeout: float = 60,
+    keep_archive: bool = False,
+) -> Path:
+    """Fetch ``source`` into ``root/<name>`` and return that folder.
+
+    A complete ``root/<name>`` is returned as is unless ``force``; an incomplete one is never
+    touched without ``force``. ``url`` replaces the GitHub archive (any URL urllib opens,
+    including ``file://``). A complete archive left in ``root/.downloads`` is reused; it is
+    deleted after success unless ``keep_archive``. Raises DownloadError naming the URL and the
+    problem; then neither a partial folder nor a partial archive is left behind.
+    """
+    source = get_source(source) if isinstance(source, str) else source
+    root = Path(root).expanduser().absolute()
+    target, url = root / source.name, url or source.url
+    if target.exists() and not force:
+        problems = layout_problems(source, target)
+        if not problems:
+            return target
+        raise DownloadError(
+            f"{target} exists but is incomplete ({'; '.join(problems)}); it was left untouched. "
+            "Move it away, or replace it with force=True (--force)."
+        )
+    cache = root / ".downloads"
+    cache.mkdir(parents=True, exist_ok=True)
+    with _locked(cache / f"{source.name}.lock"):
+        if not force and is_present(source.name, root):  # another process just finished it
+            return target
+        for stale in root.glob(f".{source.name}.partial-*"):  # left by a killed process
+            shutil.rmtree(stale, ignore_errors=True)
+        archive = cache / f"{source.name}-{source.commit}.tar.gz"
+        if not archive.is_file():
+            log.info("downloading %s from %s", source.name, url)
+            try:
+                _fetch(url, archive, timeout)
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+                raise DownloadError(
+                    f"could not download {source.name!r} from {url}: {e}\n"
+                    + manual_instructions(source, root)
+                ) from e
+        _unpack(source, archive, root, url)
+        if not keep_archive:
+            archive.unlink(missing_ok=True)
+    log.info("%s is ready in %s", source.name, target)
+    return target
+
+
+def ensure_dataset(name: str, root: Path, download: bool) -> Path:
+    """Return ``root/name`` if the dataset is there; else download it if allowed; else raise
+    DatasetNotFoundError explaining how to get it."""
+    source = get_source(name)
+    target = Path(root) / name
+    if is_present(name, root):
+        return target
+    if download:
+        return download_dataset(source, Path(root))
+    found = "; ".join(layout_problems(source, target)) if target.is_dir() else "no such folder"
+    raise DatasetNotFoundError(
+        f"dataset {name!r} not found in {target} ({found}) and downloading is off "
+        f"(data.download=false).\n" + manual_instructions(source, Path(root))
+    )

@@ -1,0 +1,407 @@
+"""Dataset download: real files served from 127.0.0.1 as a GitHub-style archive; no network."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+import seg.data.download as download_module
+from seg.data.download import (
+    MARKER,
+    SOURCES,
+    DatasetNotFoundError,
+    DownloadError,
+    download_dataset,
+    ensure_dataset,
+    get_source,
+    is_present,
+    resolve_data_root,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "vikram_human_seg"
+STEMS = ("1", "2", "3")
+# The real source, expecting only the few pairs the test archives hold.
+SMALL = dataclasses.replace(SOURCES[NAME], counts={"Training_Images": 3, "Ground_Truth": 3})
+WANTED = ["README.md"] + [f"Training_Images/{s}.jpg" for s in STEMS]
+WANTED += [f"Ground_Truth/{s}.png" for s in STEMS]
+# Files of the archive that must not be extracted.
+UNWANTED = {
+    ".DS_Store": b"x",
+    "Training_Images/.DS_Store": b"x",
+    "Training_Images/notes.txt": b"not an image",
+    "Training_Images/sub/4.jpg": b"nested",
+    "Other/5.jpg": b"elsewhere",
+}
+
+
+class _Server:
+    """Serves ``files`` by path; counts requests; paths in ``drop`` close after half the bytes."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.drop: set[str] = set()
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server.requests.append(self.path)
+                data = server.files.get(self.path)
+                if data is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                cut = len(data) // 2 if self.path in server.drop else len(data)
+                self.wfile.write(data[:cut])
+                self.close_connection = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    srv = _Server()
+    srv.thread.start()
+    yield srv
+    srv.httpd.shutdown()
+    srv.httpd.server_close()
+
+
+@pytest.fixture
+def vikram(shared_datasets: Path) -> Path:
+    return shared_datasets / NAME
+
+
+def _add(
+    tar: tarfile.TarFile,
+    name: str,
+    data: bytes = b"",
+    kind: bytes = tarfile.REGTYPE,
+    link: str = "",
+) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, len(data)
+    tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+def make_archive(vikram: Path, raw: dict[str, bytes] | None = None) -> bytes:
+    """A .tar.gz shaped like GitHub's: pax header with the commit, top folder ``{repo}-{commit}``.
+
+    Holds README.md and the STEMS pairs of the real dataset, the UNWANTED files, and ``raw``
+    entries under their exact names.
+    """
+    top = SMALL.archive_top
+    buf = io.BytesIO()
+    with tarfile.open(
+        fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT, pax_headers={"comment": SMALL.commit}
+    ) as tar:
+        for folder in ("", "/Training_Images", "/Ground_Truth", "/Other"):
+            _add(tar, top + folder, kind=tarfile.DIRTYPE)
+        for rel in WANTED:
+            tar.add(vikram / rel, arcname=f"{top}/{rel}")
+        for rel, data in UNWANTED.items():
+            _add(tar, f"{top}/{rel}", data)
+        for name, data in (raw or {}).items():
+            _add(tar, name, data)
+    return buf.getvalue()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def assert_nothing_left(root: Path) -> None:
+    """No dataset folder, no partial folder, no partial or cached archive."""
+    assert not (root / NAME).exists()
+    assert not list(root.glob(f".{NAME}.*")), list(root.glob(f".{NAME}.*"))
+    assert not list(root.glob(".downloads/*.tar.gz*")), list(root.glob(".downloads/*"))
+
+
+def test_download_extracts_only_the_published_files(server, vikram, tmp_path):
+    server.files["/a.tar.gz"] = make_archive(vikram)
+    root, url = tmp_path / "data", server.url("/a.tar.gz")
+    out = download_dataset(SMALL, root, url=url)
+    assert out == root / NAME
+    files = _files(out)
+    assert sorted(files) == sorted([*WANTED, MARKER])
+    for rel in WANTED:
+        assert files[rel] == (vikram / rel).read_bytes(), rel
+    marker = json.loads(files[MARKER])
+    assert marker["repo"] == SMALL.repo and marker["commit"] == SMALL.commit
+    assert marker["url"] == url and marker["counts"] == {"Training_Images": 3, "Ground_Truth": 3}
+    assert marker["files"] == len(WANTED)
+    # Nothing else left in the root; the archive is not kept by default.
+    assert {p.name for p in root.iterdir()} == {NAME, ".downloads"}
+    assert not list(root.glob(".downloads/*.tar.gz*"))
+    # A second call finds the folder and does not fetch again.
+    assert download_dataset(SMALL, root, url=url) == out
+    assert server.requests == ["/a.tar.gz"]
+
+
+def test_force_replaces_from_the_cached_archive(server, vikram, tmp_path):
+    server.files["/a.tar.gz"] = make_archive(vikram)
+    root, url = tmp_path / "data", server.url("/a.tar.gz")
+    out = download_dataset(SMALL, root, url=url, keep_archive=True)
+    assert (root / ".downloads" / f"{NAME}-{SMALL.commit}.tar.gz").is_file()
+    (out / "stray.txt").write_text("from an older copy")
+    download_dataset(SMALL, root, url=url, force=True)
+    assert sorted(_files(out)) == sorted([*WANTED, MARKER])
+    assert server.requests == ["/a.tar.gz"]  # the complete cached archive was reused
+    assert {p.name for p in root.iterdir()} == {NAME, ".downloads"}  # old copy removed
+
+
+def test_local_archive_through_file_url(vikram, tmp_path):
+    archive = tmp_path / "archive.tar.gz"
+    archive.write_bytes(make_archive(vikram))
+    out = download_dataset(SMALL, tmp_path / "data", url=archive.as_uri())
+    assert sorted(_files(out)) == sorted([*WANTED, MARKER])
+    assert archive.is_file()  # the user's own file is never removed
+
+
+def test_truncated_archive_leaves_nothing(server, vikram, tmp_path):
+    data = make_archive(vikram)
+    server.files["/t.tar.gz"] = data[: len(data) // 2]
+    root = tmp_path / "data"
+    with pytest.raises(DownloadError, match="truncated or corrupt") as err:
+        download_dataset(SMALL, root, url=server.url("/t.tar.gz"))
+    assert server.url("/t.tar.gz") in str(err.value)
+    assert_nothing_left(root)
+
+
+def test_dropped_connection_leaves_no_part_file(server, vikram, tmp_path):
+    server.files["/d.tar.gz"] = make_archive(vikram)
+    server.drop.add("/d.tar.gz")
+    root = tmp_path / "data"
+    with pytest.raises(DownloadError, match="could not download"):
+        download_dataset(SMALL, root, url=server.url("/d.tar.gz"))
+    assert_nothing_left(root)
+
+
+class _InterruptingBar:
+    """Stands in for tqdm: the user presses Ctrl-C after the first chunk."""
+
+    def __init__(self, **kwargs: object) -> None:
+        pass
+
+    def __enter__(self) -> _InterruptingBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, n: int) -> None:
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_fetching_leaves_no_part_file(server, vikram, tmp_path, monkeypatch):
+    server.files["/a.tar.gz"] = make_archive(vikram)
+    monkeypatch.setattr(download_module, "tqdm", _InterruptingBar)
+    root = tmp_path / "data"
+    with pytest.raises(KeyboardInterrupt):
+        download_dataset(SMALL, root, url=server.url("/a.tar.gz"))
+    assert_nothing_left(root)
+
+
+def test_ctrl_c_while_extracting_keeps_only_the_complete_archive(
+    server, vikram, tmp_path, monkeypatch
+):
+    server.files["/a.tar.gz"] = make_archive(vikram)
+    root, url = tmp_path / "data", server.url("/a.tar.gz")
+    copy = download_module.shutil.copyfileobj
+    calls = []
+
+    def interrupted_copy(*args: object) -> None:
+        calls.append(1)
+        copy(*args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(download_module.shutil, "copyfileobj", interrupted_copy)
+    with pytest.raises(KeyboardInterrupt):
+        download_dataset(SMALL, root, url=url)
+    monkeypatch.undo()
+    assert not (root / NAME).exists() and not list(root.glob(f".{NAME}.*"))
+    assert (root / ".downloads" / f"{NAME}-{SMALL.commit}.tar.gz").is_file()
+    # The next call finishes from the complete archive without fetching it again.
+    assert sorted(_files(download_dataset(SMALL, root, url=url))) == sorted([*WANTED, MARKER])
+    assert server.requests == ["/a.tar.gz"]
+
+
+def test_count_mismatch_names_folder_and_counts(server, vikram, tmp_path):
+    server.files["/a.tar.gz"] = make_archive(vikram)
+    expect_four = dataclasses.replace(SMALL, counts={"Training_Images": 4, "Ground_Truth": 3})
+    root = tmp_path / "data"
+    with pytest.raises(DownloadError, match=r"Training_Images/ has 3 files, expected 4") as err:
+        download_dataset(expect_four, root, url=server.url("/a.tar.gz"))
+    assert "Ground_Truth" not in str(err.value)  # only the folder that is wrong
+    assert_nothing_left(root)
+
+
+def test_unreachable_url_explains_manual_download(tmp_path):
+    root = tmp_path / "data"
+    source = SOURCES[NAME]
+    with pytest.raises(DownloadError) as err:
+        download_dataset(NAME, root, url=f"http://127.0.0.1:{_closed_port()}/x.tar.gz", timeout=5)
+    message = str(err.value)
+    for needed in (source.url, source.repo, source.commit, str(root / NAME), "SEG_DATA_DIR"):
+        assert needed in message, needed
+    assert "Training_Images/ (290 files)" in message
+    assert_nothing_left(root)
+
+
+def test_existing_folder_is_untouched_when_a_download_fails(server, vikram, tmp_path):
+    data = make_archive(vikram)
+    server.files["/t.tar.gz"] = data[: len(data) // 2]
+    root = tmp_path / "data"
+    (root / NAME / "Training_Images").mkdir(parents=True)
+    (root / NAME / "Training_Images" / "mine.jpg").write_bytes(b"user data")
+    before = _files(root / NAME)
+    with pytest.raises(DownloadError, match="exists but is incomplete"):
+        download_dataset(SMALL, root, url=server.url("/t.tar.gz"))
+    assert server.requests == []
+    with pytest.raises(DownloadError, match="truncated or corrupt"):
+        download_dataset(SMALL, root, url=server.url("/t.tar.gz"), force=True)
+    assert _files(root / NAME) == before
+    assert not list(root.glob(f".{NAME}.*"))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {f"{SMALL.archive_top}/../evil.jpg": b"escape"},
+        {"/tmp/seg_download_evil.jpg": b"absolute"},
+        {f"{SMALL.archive_top}/Training_Images/../../evil.jpg": b"escape"},
+    ],
+    ids=["dotdot", "absolute", "nested-dotdot"],
+)
+def test_path_traversal_is_rejected(server, vikram, tmp_path, raw):
+    server.files["/p.tar.gz"] = make_archive(vikram, raw=raw)
+    root = tmp_path / "data"
+    with pytest.raises(DownloadError, match="unsafe path"):
+        download_dataset(SMALL, root, url=server.url("/p.tar.gz"))
+    assert not (tmp_path / "evil.jpg").exists()
+    assert_nothing_left(root)
+
+
+def test_link_members_are_rejected(vikram, tmp_path):
+    top = SMALL.archive_top
+    buf = io.BytesIO(make_archive(vikram))
+    archive = tmp_path / "links.tar"  # plain tar: append a symlink the patterns select
+    with tarfile.open(fileobj=buf) as src, tarfile.open(archive, "w") as tar:
+        for member in src:
+            tar.addfile(member, src.extractfile(member) if member.isfile() else None)
+        _add(tar, f"{top}/Training_Images/9.jpg", kind=tarfile.SYMTYPE, link="/etc/passwd")
+    root = tmp_path / "data"
+    with pytest.raises(DownloadError, match="not a regular file"):
+        download_dataset(SMALL, root, url=archive.as_uri())
+    assert_nothing_left(root)
+
+
+def test_shared_copy_is_present(shared_datasets, monkeypatch):
+    monkeypatch.setenv("SEG_DATA_DIR", str(shared_datasets))
+    root = resolve_data_root("data")
+    assert root == shared_datasets.absolute()
+    for name in SOURCES:
+        assert is_present(name, root), name
+        assert ensure_dataset(name, root, download=False) == root / name
+
+
+def test_subset_is_not_present(vikram_subset):
+    assert not is_present(NAME, vikram_subset.parent)
+    assert not is_present("ccp", vikram_subset.parent)
+
+
+def test_ensure_dataset_without_download_says_what_to_do(tmp_path):
+    with pytest.raises(DatasetNotFoundError) as err:
+        ensure_dataset("ccp", tmp_path, download=False)
+    message = str(err.value)
+    assert f"python scripts/download_data.py ccp --root {tmp_path}" in message
+    assert SOURCES["ccp"].url in message and "SEG_DATA_DIR" in message
+    assert "photos/0001.jpg .. 1004.jpg" in message
+
+
+def test_resolve_data_root(monkeypatch, tmp_path):
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+    assert resolve_data_root("data", base=tmp_path) == tmp_path / "data"
+    assert resolve_data_root(tmp_path / "x") == tmp_path / "x"
+    monkeypatch.setenv("SEG_DATA_DIR", str(tmp_path / "elsewhere"))
+    assert resolve_data_root("data", base=tmp_path) == tmp_path / "elsewhere"
+
+
+def test_unknown_names_list_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="eg_portrait, ccp, vikram_human_seg"):
+        get_source("human_mix")
+    with pytest.raises(ValueError, match="unknown dataset 'folder'"):
+        download_dataset("folder", tmp_path)
+
+
+def test_source_table_matches_the_shared_copy(shared_datasets):
+    """Every kept folder of the shared copy holds exactly the counts, and the patterns select
+    all of its files (so a download reproduces that layout)."""
+    for source in SOURCES.values():
+        folder = shared_datasets / source.name
+        kept = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+        assert all(source.wants(rel) for rel in kept), [r for r in kept if not source.wants(r)]
+        for rel, count in source.counts.items():
+            assert len(os.listdir(folder / rel)) == count, (source.name, rel)
+    assert not SOURCES["ccp"].wants("photos/1005.jpg")
+    assert not SOURCES["ccp"].wants("annotations/image-level/1005.mat")
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SEG_DATA_DIR"}
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "download_data.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_failure_is_a_readable_message(server, vikram, tmp_path):
+    data = make_archive(vikram)
+    server.files["/t.tar.gz"] = data[: len(data) // 2]
+    result = _cli(NAME, "--root", str(tmp_path), "--url", server.url("/t.tar.gz"), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "truncated or corrupt" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert_nothing_left(tmp_path)
+
+
+def test_cli_all_finds_an_existing_copy(shared_datasets, tmp_path):
+    result = _cli("all", "--root", str(shared_datasets), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for name in SOURCES:
+        assert f"{name}: {shared_datasets / name}" in result.stdout
