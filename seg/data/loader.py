@@ -2,42 +2,54 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator
+from typing import Any
 
+import albumentations as A
 import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
 
+from seg.data.transforms import seed_transform
 
-def seed_worker(worker_id: int) -> None:
+
+def _mix(*seeds: int) -> int:
+    return int(np.random.SeedSequence(list(seeds)).generate_state(1, np.uint64)[0])
+
+
+def seed_worker(worker_id: int, rank: int = 0) -> None:
     """DataLoader ``worker_init_fn``: give each worker its own, reproducible random streams.
 
-    PyTorch seeds torch in each worker with ``base_seed + worker_id`` (``base_seed`` comes from
-    the loader's generator); numpy, ``random`` and albumentations would otherwise start every
-    worker from the same forked state and augment identically. OpenCV gets one thread per worker,
-    since workers are already parallel and OpenCV's own pool oversubscribes the cores.
+    torch seeds worker ``i`` with ``base_seed + i``, ``base_seed`` drawn from the loader's
+    generator each time an epoch's iterator starts. numpy, ``random`` and albumentations
+    (2.0.x never reseeds in workers) would otherwise start every worker from the same forked
+    state and augment identically, epoch after epoch. Mixing in ``rank`` keeps DDP ranks that
+    share a generator seed apart. OpenCV runs single-threaded in workers: ``build_loader`` sets
+    that before the fork, because OpenCV's pool does not survive a fork and calling
+    ``cv2.setNumThreads`` in a child whose parent had a pool deadlocks.
     """
-    seed = torch.initial_seed() % 2**32
-    np.random.seed(seed)
-    random.seed(seed)
-    cv2.setNumThreads(1)
     info = get_worker_info()
-    if info is not None:
-        for transform in _transforms(info.dataset):
-            transform.set_random_seed(seed)
+    if info is None:
+        raise RuntimeError("seed_worker must be called inside a DataLoader worker process")
+    seed = _mix(info.seed, rank)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+    for transform in _transforms(info.dataset):
+        seed_transform(transform, seed)
 
 
-def _transforms(dataset: Dataset) -> Iterator:
+def _transforms(dataset: Any) -> Iterator[A.BaseCompose]:
     """Albumentations pipelines held by a dataset, or by datasets it wraps (Subset, Concat)."""
     transform = getattr(dataset, "transform", None)
-    if hasattr(transform, "set_random_seed"):
+    if isinstance(transform, A.BaseCompose):
         yield transform
     inner = getattr(dataset, "dataset", None)
     if inner is not None:
         yield from _transforms(inner)
-    for part in getattr(dataset, "datasets", []):
+    for part in getattr(dataset, "datasets", None) or ():
         yield from _transforms(part)
 
 
@@ -48,6 +60,7 @@ def build_loader(
     train: bool,
     num_workers: int = 2,
     seed: int = 0,
+    rank: int = 0,
     distributed: bool = False,
     pin_memory: bool | None = None,
     prefetch_factor: int | None = None,
@@ -57,8 +70,8 @@ def build_loader(
     With ``distributed`` a ``DistributedSampler`` splits the data across ranks (call
     ``loader.sampler.set_epoch(epoch)`` every epoch); exact distributed evaluation, where every
     sample is seen once without padding, is the evaluation code's business, not this sampler's.
-    Pinned memory defaults to on when CUDA is available. ``seed`` fixes the shuffling order and
-    the workers' augmentation streams; pass a different one per rank.
+    Pinned memory defaults to on when CUDA is available. ``seed`` fixes the shuffling order and,
+    with ``rank``, the augmentation streams; workers persist across epochs.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -66,14 +79,16 @@ def build_loader(
         raise ValueError(f"num_workers must be >= 0, got {num_workers}")
     if len(dataset) == 0:  # type: ignore[arg-type]
         raise ValueError("the dataset is empty: check data.root and the split")
-    generator = torch.Generator().manual_seed(seed)
     sampler = None
     if distributed:
         sampler = DistributedSampler(dataset, shuffle=train, seed=seed, drop_last=train)
-    if num_workers == 0:
-        # In-process loading: seed the pipelines here, as a worker would.
-        for transform in _transforms(dataset):
-            transform.set_random_seed(seed)
+    if num_workers > 0:
+        # Workers are the parallelism; OpenCV's own pool would oversubscribe the cores, and a
+        # pool alive at fork time hangs the children (see seed_worker). As mmsegmentation does.
+        cv2.setNumThreads(0)
+    else:
+        for transform in _transforms(dataset):  # in-process loading: seed here, as a worker would
+            seed_transform(transform, _mix(seed, rank))
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -82,8 +97,8 @@ def build_loader(
         num_workers=num_workers,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         drop_last=train,
-        worker_init_fn=seed_worker,
-        generator=generator,
+        worker_init_fn=functools.partial(seed_worker, rank=rank),
+        generator=torch.Generator().manual_seed(seed),
         persistent_workers=num_workers > 0,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
     )

@@ -1,0 +1,269 @@
+"""Training and evaluation transforms: two named presets built from ``AugConfig``.
+
+Both take ``image`` uint8 (H, W, 3) RGB and ``mask`` uint8 (H, W) in {0, 1, 255} (255 = ignore)
+and return ``image`` float32 tensor (3, H, W), normalised with ``cfg.mean``/``cfg.std``, and
+``mask`` uint8 tensor (H, W) (the dataset casts it to long).
+
+Masks are always resized and warped with nearest-neighbour, so they stay discrete; pixels that a
+shift, rotation or pad brings in get ``cfg.image_fill`` in the image and ``cfg.mask_fill`` in the
+mask (255 = ignored by the loss by default, 0 = background).
+
+Seeding (albumentations 2.0.x): a ``Compose`` holds its own random generators, seeded once when
+it is built, and global ``random``/``numpy``/``torch`` seeds do not reach them. DataLoader workers
+get copies of the dataset (forked or pickled) with the *same* generator state, and nothing in
+albumentations 2.0.8 reseeds them from torch's worker seed. Without help, every worker repeats
+the same augmentations, and with non-persistent workers every epoch repeats the previous one.
+Pass ``seed_worker`` (or ``functools.partial(seed_worker, rank=rank)``) as the DataLoader's
+``worker_init_fn``: it reseeds the dataset's transform from the per-worker, per-epoch seed that
+torch derives from the loader's generator, so runs with a seeded generator are reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import albumentations as A
+import cv2
+import numpy as np
+import torch
+from albumentations.pytorch import ToTensorV2
+
+from seg.config import AugConfig, Interpolation
+from seg.data.io import IGNORE_INDEX
+
+_INTERPOLATIONS = {
+    Interpolation.nearest.value: cv2.INTER_NEAREST,
+    Interpolation.linear.value: cv2.INTER_LINEAR,
+    Interpolation.cubic.value: cv2.INTER_CUBIC,
+    Interpolation.area.value: cv2.INTER_AREA,
+}
+
+
+def _size(cfg: AugConfig, key: str) -> tuple[int, int]:
+    value = getattr(cfg, key)
+    try:
+        items = list(value)
+    except TypeError:
+        items = []
+    ok = len(items) == 2 and all(
+        not isinstance(v, bool) and isinstance(v, int) and v > 0 for v in items
+    )
+    if not ok:
+        raise ValueError(f"aug.{key} must be 2 positive integers [height, width], got {value!r}")
+    return items[0], items[1]
+
+
+def _number(cfg: AugConfig, key: str, lo: float, hi: float) -> float:
+    value = getattr(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise ValueError(f"aug.{key} must be a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _floats(cfg: AugConfig, key: str, length: int) -> list[float]:
+    value = getattr(cfg, key)
+    try:
+        items = [float(v) for v in value]
+    except (TypeError, ValueError):
+        items = []
+    if len(items) != length or not all(math.isfinite(v) for v in items):
+        raise ValueError(f"aug.{key} must be {length} finite numbers, got {value!r}")
+    return items
+
+
+def _interpolation(cfg: AugConfig) -> int:
+    name = getattr(cfg.interpolation, "value", cfg.interpolation)
+    if name not in _INTERPOLATIONS:
+        raise ValueError(
+            f"aug.interpolation must be one of {sorted(_INTERPOLATIONS)}, got {cfg.interpolation!r}"
+        )
+    return _INTERPOLATIONS[name]
+
+
+def _image_fill(cfg: AugConfig) -> int:
+    value = cfg.image_fill
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+        raise ValueError(f"aug.image_fill must be an integer in [0, 255], got {value!r}")
+    return value
+
+
+def _mask_fill(cfg: AugConfig) -> int:
+    # Any other value would be a class label: padding would become "person" or an unknown class.
+    value = cfg.mask_fill
+    if isinstance(value, bool) or value not in (0, IGNORE_INDEX):
+        raise ValueError(
+            f"aug.mask_fill must be 0 (background) or {IGNORE_INDEX} (ignore), got {value!r}"
+        )
+    return int(value)
+
+
+@dataclass(frozen=True)
+class AugParams:
+    """``AugConfig`` checked and converted to plain values (what the builders use)."""
+
+    crop_size: tuple[int, int]
+    eval_size: tuple[int, int]
+    shift: float
+    scale: tuple[float, float]
+    rotate: float
+    hflip: float
+    affine_p: float
+    photometric: bool
+    jitter: dict[str, float]  # ColorJitter's brightness, contrast, saturation, hue
+    photometric_p: float
+    interpolation: int  # OpenCV flag, for images only
+    image_fill: int
+    mask_fill: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+def check_aug_config(cfg: AugConfig) -> AugParams:
+    """Validate every field (photometric ones too, even when off), naming the key on error."""
+    lo, hi = _floats(cfg, "scale", 2)
+    if not 0 < lo <= hi:
+        raise ValueError(f"aug.scale must be [lo, hi] with 0 < lo <= hi, got {cfg.scale!r}")
+    mean, std = _floats(cfg, "mean", 3), _floats(cfg, "std", 3)
+    if not all(v > 0 for v in std):
+        raise ValueError(f"aug.std must be 3 positive numbers, got {cfg.std!r}")
+    jitter = {k: _number(cfg, k, 0.0, 1.0) for k in ("brightness", "contrast", "saturation")}
+    return AugParams(
+        crop_size=_size(cfg, "crop_size"),
+        eval_size=_size(cfg, "eval_size"),
+        shift=_number(cfg, "shift", 0.0, 1.0),
+        scale=(lo, hi),
+        rotate=_number(cfg, "rotate", 0.0, 180.0),
+        hflip=_number(cfg, "hflip", 0.0, 1.0),
+        affine_p=_number(cfg, "affine_p", 0.0, 1.0),
+        photometric=bool(cfg.photometric),
+        jitter={**jitter, "hue": _number(cfg, "hue", 0.0, 0.5)},
+        photometric_p=_number(cfg, "photometric_p", 0.0, 1.0),
+        interpolation=_interpolation(cfg),
+        image_fill=_image_fill(cfg),
+        mask_fill=_mask_fill(cfg),
+        mean=(mean[0], mean[1], mean[2]),
+        std=(std[0], std[1], std[2]),
+    )
+
+
+def build_train_transform(cfg: AugConfig, seed: int | None = None) -> A.Compose:
+    """Training preset: resize, shift/scale/rotate, flip, pad + random crop, jitter, normalise.
+
+    The longest side is resized to ``max(cfg.crop_size)``; one ``Affine`` does the case study's
+    shift (up to ``cfg.shift`` of each side, x and y drawn independently), isotropic scale
+    (``cfg.scale``) and rotation (up to ``±cfg.rotate`` degrees) with probability
+    ``cfg.affine_p``; then ``HorizontalFlip(p=cfg.hflip)``, centre padding and a random crop to
+    ``cfg.crop_size``. Output: image float32 (3, crop_h, crop_w), mask uint8 (crop_h, crop_w).
+    With ``seed`` the same inputs give the same samples; see ``seed_worker`` for DataLoaders.
+    """
+    p = check_aug_config(cfg)
+    crop_h, crop_w = p.crop_size
+    fills = {"border_mode": cv2.BORDER_CONSTANT, "fill": p.image_fill, "fill_mask": p.mask_fill}
+    photometric = [A.ColorJitter(**p.jitter, p=p.photometric_p)] if p.photometric else []
+    transforms = [
+        A.LongestMaxSize(
+            max_size=max(crop_h, crop_w),
+            interpolation=p.interpolation,
+            mask_interpolation=cv2.INTER_NEAREST,
+        ),
+        A.Affine(
+            # A dict draws x and y shifts independently; keep_ratio makes the scale isotropic.
+            translate_percent={"x": (-p.shift, p.shift), "y": (-p.shift, p.shift)},
+            scale=p.scale,
+            keep_ratio=True,
+            rotate=(-p.rotate, p.rotate),
+            interpolation=p.interpolation,
+            mask_interpolation=cv2.INTER_NEAREST,
+            p=p.affine_p,
+            **fills,
+        ),
+        A.HorizontalFlip(p=p.hflip),
+        A.PadIfNeeded(min_height=crop_h, min_width=crop_w, **fills),
+        A.RandomCrop(height=crop_h, width=crop_w),
+        *photometric,
+        A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0),
+        ToTensorV2(),
+    ]
+    transform = A.Compose(transforms, seed=seed)
+    if seed is not None:
+        seed_transform(transform, seed)
+    return transform
+
+
+def build_eval_transform(cfg: AugConfig) -> A.Compose:
+    """Evaluation preset (deterministic): fit into ``cfg.eval_size``, pad bottom/right, normalise.
+
+    The image is resized, keeping its aspect ratio, to the largest size that fits in
+    ``cfg.eval_size`` (H, W), then padded at the bottom and right (image ``cfg.image_fill``,
+    mask ``cfg.mask_fill``), so that predictions can be cropped back to
+    ``[:h', :w']`` with ``(h', w') = eval_content_size((h, w), cfg.eval_size)``. Scoring at the
+    original resolution (resizing the cropped logits back to (h, w)) belongs to evaluation, not
+    to this transform. Output: image float32 (3, H, W), mask uint8 (H, W).
+    """
+    p = check_aug_config(cfg)
+    eval_h, eval_w = p.eval_size
+    transforms = [
+        A.LongestMaxSize(
+            max_size_hw=(eval_h, eval_w),
+            interpolation=p.interpolation,
+            mask_interpolation=cv2.INTER_NEAREST,
+        ),
+        A.PadIfNeeded(
+            min_height=eval_h,
+            min_width=eval_w,
+            position="top_left",
+            border_mode=cv2.BORDER_CONSTANT,
+            fill=p.image_fill,
+            fill_mask=p.mask_fill,
+        ),
+        A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0),
+        ToTensorV2(),
+    ]
+    return A.Compose(transforms)
+
+
+def eval_content_size(image_hw: Sequence[int], eval_size: Sequence[int]) -> tuple[int, int]:
+    """Size (h', w') of the image inside the eval transform's padded output; the rest is padding.
+
+    Mirrors ``LongestMaxSize(max_size_hw=eval_size)`` of albumentations 2.0.x: scale
+    ``s = min(H / h, W / w)``, sides rounded with Python's ``round`` (tests check the two agree).
+    """
+    (h, w), (eval_h, eval_w) = image_hw, eval_size
+    s = min(eval_h / h, eval_w / w)
+    return max(1, round(h * s)), max(1, round(w * s))
+
+
+def seed_transform(transform: A.BaseCompose, seed: int) -> None:
+    """Reseed a pipeline so that its next samples depend only on ``seed`` (>= 0).
+
+    ``Compose(seed=s)`` in albumentations 2.0.x gives each transform its own generator seeded with
+    the same ``s``, so all of them replay one number sequence at different offsets. Here they
+    share one generator pair instead, consumed in pipeline order, which is just as reproducible.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    state = np.random.SeedSequence(int(seed))
+    py_seed = int(state.generate_state(1, np.uint64)[0])
+    transform.set_random_state(np.random.default_rng(state), random.Random(py_seed))
+
+
+def denormalize(image: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """Undo ``Normalize``: float (3, H, W) tensor -> uint8 (H, W, 3) RGB array, for viewing."""
+    mean_a = np.asarray(mean, dtype=np.float32)
+    std_a = np.asarray(std, dtype=np.float32)
+    rgb = image.detach().cpu().numpy().transpose(1, 2, 0) * std_a + mean_a
+    return np.clip(np.rint(rgb * 255.0), 0, 255).astype(np.uint8)
+
+
+__all__ = [
+    "AugParams",
+    "build_eval_transform",
+    "build_train_transform",
+    "check_aug_config",
+    "denormalize",
+    "eval_content_size",
+    "seed_transform",
+]

@@ -1,0 +1,106 @@
+"""Samples from the real datasets: the sample contract, human_mix, splits written, bad samples."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from seg.config import BadSamplePolicy, DataConfig, DatasetName, compose_config
+from seg.data import SegDataset, build_dataset, build_eval_datasets, save_splits
+from seg.data.io import BadSampleError
+from seg.data.listing import list_vikram
+from seg.data.transforms import build_eval_transform, build_train_transform
+
+
+def _check_sample(sample: dict, hw: tuple[int, int] | None = None) -> None:
+    image, mask = sample["image"], sample["mask"]
+    assert image.dtype == torch.float32 and image.ndim == 3 and image.shape[0] == 3
+    assert mask.dtype == torch.long and mask.shape == image.shape[1:]
+    assert set(mask.unique().tolist()) <= {0, 1, 255}
+    assert (mask == 1).any(), "every real sample shows a person"
+    assert -3 < image.mean() < 3, "the image is normalised, not 0..255"
+    if hw is not None:
+        assert tuple(image.shape[1:]) == hw
+
+
+@pytest.mark.parametrize("name", ["eg_portrait", "ccp", "vikram_human_seg"])
+def test_real_samples_keep_the_contract(data_env: Path, name: str) -> None:
+    cfg = compose_config([f"data={name}"])
+    raw = build_dataset(cfg.data, "test")
+    sample = raw[0]
+    _check_sample(sample)
+    assert sample["source"] == name and sample["skipped"] == 0
+    train = build_dataset(cfg.data, "train", build_train_transform(cfg.aug, seed=0))
+    _check_sample(train[1], tuple(cfg.aug.crop_size))
+    val = build_dataset(cfg.data, "val", build_eval_transform(cfg.aug))
+    _check_sample(val[2], tuple(cfg.aug.eval_size))
+
+
+def test_grayscale_jpeg_becomes_rgb_and_small_mask_is_resized(data_env: Path) -> None:
+    listing = list_vikram(data_env / "vikram_human_seg", 0.1, 0.2)
+    ds = SegDataset([listing.refs["97"]])  # a 1-channel JPEG whose mask is stored smaller
+    image, mask = ds.load_raw(0)
+    assert image.shape == (599, 456, 3) and mask.shape == (599, 456)
+
+
+def test_human_mix_trains_on_the_union_and_evaluates_per_source(data_env: Path) -> None:
+    cfg = DataConfig()  # human_mix, all three sources
+    train = build_dataset(cfg, "train")
+    assert len(train) == 1161 + 702 + 203
+    assert {r.source for r in train.refs} == {"eg_portrait", "ccp", "vikram_human_seg"}
+    per_source = build_eval_datasets(cfg, "test")
+    assert {k: len(v) for k, v in per_source.items()} == {
+        "eg_portrait": 264,
+        "ccp": 201,
+        "vikram_human_seg": 58,
+    }
+
+
+def test_split_ids_are_written_and_disjoint(data_env: Path, tmp_path: Path) -> None:
+    paths = save_splits(DataConfig(), tmp_path / "splits")
+    assert len(paths) == 9
+    ids = {p.stem: p.read_text().split() for p in paths}
+    assert len(ids["eg_portrait_test"]) == 264
+    for source in ("eg_portrait", "ccp", "vikram_human_seg"):
+        parts = [set(ids[f"{source}_{s}"]) for s in ("train", "val", "test")]
+        assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+
+
+def test_data_root_env_var_overrides_config(data_env: Path, tmp_path: Path) -> None:
+    cfg = DataConfig(name=DatasetName.vikram_human_seg, root=str(tmp_path / "nowhere"))
+    assert len(build_dataset(cfg, "test")) == 58  # SEG_DATA_DIR wins over data.root
+
+
+def test_missing_dataset_without_download_says_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+    cfg = DataConfig(name=DatasetName.ccp, root=str(tmp_path), download=False)
+    with pytest.raises(FileNotFoundError, match=r"download_data\.py ccp"):
+        build_dataset(cfg, "train")
+
+
+def test_bad_sample_error_or_skip(vikram_subset: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (vikram_subset / "Training_Images" / "1.jpg").write_bytes(b"\xff\xd8 truncated")
+    listing = list_vikram(vikram_subset, 0.0, 0.0)
+    refs = [listing.refs[i] for i in ("1", "2", "3")]
+    with pytest.raises(BadSampleError, match=r"1\.jpg: corrupt or unreadable image"):
+        SegDataset(refs)[0]
+    skipping = SegDataset(refs, on_bad_sample=BadSamplePolicy.skip)
+    with caplog.at_level(logging.WARNING):
+        sample = skipping[0]
+    assert sample["id"] == "2" and sample["skipped"] == 1
+    assert "1.jpg" in caplog.text
+    assert skipping[1]["skipped"] == 0
+
+
+def test_mask_with_wrong_aspect_is_rejected(vikram_subset: Path) -> None:
+    import cv2
+
+    mask_path = vikram_subset / "Ground_Truth" / "3.png"
+    mask = cv2.imread(str(mask_path), cv2.IMREAD_UNCHANGED)
+    cv2.imwrite(str(mask_path), mask[:, : mask.shape[1] // 2])
+    ds = SegDataset([list_vikram(vikram_subset, 0.0, 0.0).refs["3"]])
+    with pytest.raises(BadSampleError, match=r"3\.png: mask size .* does not match image size"):
+        ds.load_raw(0)
