@@ -1,0 +1,267 @@
+"""The multi-column segmentation network: columns that may each live on their own device.
+
+Like the first two-GPU convnets, every column is a separate encoder that exchanges features
+with the others only at chosen stages. The columns may differ in input scale (full resolution
+for detail, half for context), width and depth. A light FPN-like decoder fuses them.
+
+Placement: column ``j`` (and its auxiliary head) lives on ``devices[j]``, the decoder on
+``devices[0]``; tensors move only at the exchange points and into the decoder, and the output
+comes back on ``devices[0]``. The forward pass walks the columns stage by stage; since CUDA
+kernels launch asynchronously, columns on different GPUs run concurrently.
+
+Data parallelism: a model whose columns span several GPUs is a multi-device module, so wrap it
+with ``DistributedDataParallel(model, device_ids=None)`` and feed inputs on ``model.devices[0]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seg.models.layers import ConvBNReLU, SegmentationModel, pad_to_multiple, resize_to
+
+VALID_INPUT_SCALES = (1.0, 0.5, 0.25, 0.125)
+EXCHANGE_MODES = ("concat", "sum")
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """Shape of one column: see ``seg.models.config.ColumnConfig``."""
+
+    name: str
+    input_scale: float
+    widths: tuple[int, ...]
+    blocks: tuple[int, ...]
+
+
+class Column(nn.Module):
+    """Encoder of 3x3 conv-BN-ReLU stages; each stage starts with a stride-2 conv.
+
+    ``out_channels[i]`` is the width of stage ``i``, whose output has stride ``2**(i+1)`` in the
+    column's input. Stage ``i`` takes ``extra_in[i]`` more input channels than the previous
+    stage produces: the features other columns join in by concatenation.
+    """
+
+    def __init__(
+        self,
+        widths: tuple[int, ...],
+        blocks: tuple[int, ...],
+        in_channels: int = 3,
+        extra_in: tuple[int, ...] | None = None,
+    ) -> None:
+        super().__init__()
+        extra_in = extra_in or (0,) * len(widths)
+        self.out_channels = list(widths)
+        stages, prev = [], in_channels
+        for width, depth, extra in zip(widths, blocks, extra_in, strict=True):
+            layers = [ConvBNReLU(prev + extra, width, stride=2)]
+            layers += [ConvBNReLU(width, width) for _ in range(depth - 1)]
+            stages.append(nn.Sequential(*layers))
+            prev = width
+        self.stages = nn.ModuleList(stages)
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        """(B,C,H,W) -> features of every stage, finest first (no exchange)."""
+        features = []
+        for stage in self.stages:
+            x = stage(x)
+            features.append(x)
+        return features
+
+
+class FusionDecoder(nn.Module):
+    """Joins the columns level by level (concat + 1x1), then decodes top-down (FPN-like).
+
+    ``in_channels[l]`` is the summed width of all columns at decoder level ``l`` (finest first).
+    """
+
+    def __init__(self, in_channels: list[int], channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.lateral = nn.ModuleList(ConvBNReLU(c, channels, kernel_size=1) for c in in_channels)
+        self.refine = nn.ModuleList(ConvBNReLU(channels, channels) for _ in in_channels[:-1])
+        self.classifier = nn.Conv2d(channels, num_classes, kernel_size=1)
+
+    def forward(self, levels: list[list[Tensor]]) -> Tensor:
+        """levels[l][j]: column j's features at level l -> logits at the finest level."""
+        joined = []
+        for features in levels:
+            size = max((f.shape[-2:] for f in features), key=lambda s: s[0])
+            joined.append(torch.cat([resize_to(f, size) for f in features], dim=1))
+        y = self.lateral[-1](joined[-1])
+        for level in reversed(range(len(joined) - 1)):
+            y = resize_to(y, joined[level].shape[-2:]) + self.lateral[level](joined[level])
+            y = self.refine[level](y)
+        return self.classifier(y)
+
+
+def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mode: str) -> None:
+    if not columns:
+        raise ValueError("a multi-column model needs at least one column, got none")
+    for spec in columns:
+        where = f"column {spec.name!r}"
+        if spec.input_scale not in VALID_INPUT_SCALES:
+            raise ValueError(
+                f"{where}: input_scale {spec.input_scale} is not one of {VALID_INPUT_SCALES}"
+            )
+        if len(spec.widths) != len(spec.blocks) or len(spec.widths) < 2:
+            raise ValueError(
+                f"{where}: widths {list(spec.widths)} and blocks {list(spec.blocks)} need the "
+                "same length, at least 2 (one entry per stage)"
+            )
+        if min(spec.widths) < 1 or min(spec.blocks) < 1:
+            raise ValueError(f"{where}: widths and blocks must be >= 1, got {spec}")
+    num_stages = {len(spec.widths) for spec in columns}
+    if len(num_stages) > 1:
+        stages = {spec.name: len(spec.widths) for spec in columns}
+        raise ValueError(f"all columns need the same number of stages, got {stages}")
+    if exchange_mode not in EXCHANGE_MODES:
+        raise ValueError(f"exchange_mode {exchange_mode!r} is not one of {EXCHANGE_MODES}")
+    if exchange_stages and len(columns) < 2:
+        raise ValueError(f"exchange_stages {exchange_stages} need at least two columns")
+    last = len(columns[0].widths) - 1
+    for stage in exchange_stages:
+        if not 0 <= stage < last:
+            raise ValueError(
+                f"exchange stage {stage} is out of range: a later stage must consume it, "
+                f"so valid stages are 0..{last - 1}"
+            )
+        widths = {spec.name: spec.widths[stage] for spec in columns}
+        if exchange_mode == "sum" and len(set(widths.values())) > 1:
+            raise ValueError(f"exchange_mode 'sum' needs equal widths at stage {stage}: {widths}")
+
+
+class MultiColumnSegNet(SegmentationModel):
+    """N encoder columns, feature exchange at chosen stages, fusion decoder, optional aux heads.
+
+    Any input size works: the input is zero-padded to a multiple of :attr:`size_divisor` and the
+    logits are cropped back. Output: ``{"out": (B,K,H,W), "aux": [(B,K,H,W) per column]}``,
+    ``aux`` only in training mode with ``aux_heads``.
+    """
+
+    def __init__(
+        self,
+        columns: list[ColumnSpec],
+        num_classes: int = 2,
+        exchange_stages: list[int] | None = None,
+        exchange_mode: str = "concat",
+        decoder_channels: int = 32,
+        aux_heads: bool = False,
+        channels_last: bool = True,
+    ) -> None:
+        super().__init__(channels_last)
+        exchange_stages = sorted(set(exchange_stages or []))
+        _validate(columns, exchange_stages, exchange_mode)
+        self.specs = list(columns)
+        self.exchange_stages = exchange_stages
+        self.exchange_mode = exchange_mode
+        num_stages = len(columns[0].widths)
+        self.size_divisor = max(round(2**num_stages / c.input_scale) for c in columns)
+        self.columns = nn.ModuleList(
+            Column(spec.widths, spec.blocks, extra_in=self._extra_in(j, num_stages))
+            for j, spec in enumerate(columns)
+        )
+        # The first stage (stride 2) stays out of the decoder: full-width maps at that
+        # resolution would cost more than the rest of the decoder together.
+        level_channels = [sum(c.widths[i] for c in columns) for i in range(1, num_stages)]
+        self.decoder = FusionDecoder(level_channels, decoder_channels, num_classes)
+        self.aux_heads = None
+        if aux_heads:
+            self.aux_heads = nn.ModuleList(
+                nn.Sequential(
+                    ConvBNReLU(spec.widths[-1], decoder_channels),
+                    nn.Conv2d(decoder_channels, num_classes, kernel_size=1),
+                )
+                for spec in columns
+            )
+
+    def _extra_in(self, j: int, num_stages: int) -> tuple[int, ...]:
+        """Channels that the other columns add to column j's stage inputs (concat exchange)."""
+        extra = [0] * num_stages
+        if self.exchange_mode == "concat":
+            for stage in self.exchange_stages:
+                extra[stage + 1] = sum(c.widths[stage] for k, c in enumerate(self.specs) if k != j)
+        return tuple(extra)
+
+    @property
+    def num_columns(self) -> int:
+        return len(self.columns)
+
+    def place(self, devices: list[torch.device]) -> MultiColumnSegNet:
+        """Put column j and its aux head on ``devices[j]``, the decoder on ``devices[0]``."""
+        if len(devices) != self.num_columns:
+            raise ValueError(
+                f"{self.num_columns} columns ({[s.name for s in self.specs]}) need "
+                f"{self.num_columns} devices, got {len(devices)}: {[str(d) for d in devices]}"
+            )
+        for j, device in enumerate(devices):
+            self.columns[j].to(device)
+            if self.aux_heads is not None:
+                self.aux_heads[j].to(device)
+        self.decoder.to(devices[0])
+        self.devices = list(devices)
+        return self
+
+    def parts(self) -> dict[str, list[nn.Module]]:
+        parts = {}
+        for j, spec in enumerate(self.specs):
+            modules = [self.columns[j]]
+            if self.aux_heads is not None:
+                modules.append(self.aux_heads[j])
+            parts[f"column{j}:{spec.name}"] = modules
+        parts["decoder"] = [self.decoder]
+        return parts
+
+    def _exchange(self, outputs: list[Tensor], j: int) -> Tensor:
+        """Column j's own stage output joined with the others', resized and moved to it."""
+        own = outputs[j]
+        others = [
+            resize_to(f, own.shape[-2:]).to(own.device) for k, f in enumerate(outputs) if k != j
+        ]
+        if self.exchange_mode == "concat":
+            return torch.cat([own, *others], dim=1)
+        for other in others:
+            own = own + other
+        return own
+
+    def encode(self, x: Tensor) -> list[list[Tensor]]:
+        """Padded (B,3,H,W) on devices[0] -> features[j][i] of column j at stage i."""
+        inputs = []
+        for spec, device in zip(self.specs, self.devices, strict=True):
+            factor = round(1 / spec.input_scale)
+            # Average pooling by an integer factor is an exact, anti-aliased downscale.
+            scaled = F.avg_pool2d(x, factor) if factor > 1 else x
+            inputs.append(self._prepare(scaled, device))
+        features: list[list[Tensor]] = [[] for _ in self.specs]
+        for i in range(len(self.specs[0].widths)):
+            outputs = [col.stages[i](inp) for col, inp in zip(self.columns, inputs, strict=True)]
+            for j, out in enumerate(outputs):
+                features[j].append(out)
+            if i in self.exchange_stages:
+                inputs = [self._exchange(outputs, j) for j in range(len(outputs))]
+            else:
+                inputs = outputs
+        return features
+
+    def forward(self, x: Tensor) -> dict[str, Tensor | list[Tensor]]:
+        """(B,3,H,W) -> {"out": (B,K,H,W), "aux": list of (B,K,H,W)}, on ``devices[0]``."""
+        height, width = x.shape[-2:]
+        x = pad_to_multiple(self._prepare(x, self.devices[0]), self.size_divisor)
+        features = self.encode(x)
+        home = self.devices[0]
+        levels = [
+            [features[j][i].to(home) for j in range(len(features))]
+            for i in range(1, len(features[0]))
+        ]
+        # Two-channel logits upsample faster on CPUs in NCHW than in channels_last.
+        logits = self.decoder(levels).contiguous()
+        out = F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        aux = []
+        if self.training and self.aux_heads is not None:
+            for head, feats in zip(self.aux_heads, features, strict=True):
+                a = head(feats[-1]).to(home).contiguous()
+                a = F.interpolate(a, size=x.shape[-2:], mode="bilinear", align_corners=False)
+                aux.append(a[..., :height, :width])
+        return {"out": out[..., :height, :width], "aux": aux}

@@ -1,0 +1,342 @@
+"""The model tester, run over every configs/model/*.yaml, plus placement, configs and summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from seg.config import register_configs
+from seg.models import (
+    MODELS,
+    ColumnSpec,
+    ModelConfig,
+    ModelName,
+    MultiColumnSegNet,
+    auto_device_indices,
+    build_model,
+    num_columns,
+    resolve_devices,
+    summarize_model,
+)
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+MODEL_CONFIGS = sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml"))
+EXP_CONFIGS = sorted(p.stem for p in (CONFIGS / "exp").glob("*.yaml"))
+CPU = torch.device("cpu")
+
+
+def compose_train(overrides: list[str]):
+    """configs/train.yaml composed with Hydra's compose API (a DictConfig, as @hydra.main has)."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def model_config(name: str, overrides: tuple[str, ...] = ()):
+    """configs/model/<name>.yaml with every column on the CPU."""
+    cfg = compose_train([f"model={name}", *overrides]).model
+    cfg.devices = ["cpu"] * num_columns(cfg)
+    return cfg
+
+
+def two_columns(**kwargs) -> MultiColumnSegNet:
+    columns = [
+        ColumnSpec("detail", 1.0, (8, 16, 16), (1, 1, 1)),
+        ColumnSpec("context", 0.5, (8, 24, 32), (1, 2, 1)),
+    ]
+    return MultiColumnSegNet(columns, **kwargs)
+
+
+def test_every_model_name_has_a_builder_and_a_config():
+    assert set(MODELS) == {m.value for m in ModelName}
+    composed = {compose_train([f"model={n}"]).model.name.value for n in MODEL_CONFIGS}
+    assert composed == set(MODELS)
+
+
+# --- The model tester, over every model config -------------------------------------------
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_forward_backward_every_parameter_gets_a_gradient(name):
+    cfg = model_config(name)
+    model = build_model(cfg).train()
+    x = torch.randn(2, 3, 37, 45)  # sizes not divisible by 32
+    out = model(x)
+    assert out["out"].shape == (2, 2, 37, 45)
+    assert len(out["aux"]) == (len(model.devices) if cfg.aux_heads else 0)
+    for aux in out["aux"]:
+        assert aux.shape == (2, 2, 37, 45)
+    loss = out["out"].square().mean() + sum(a.square().mean() for a in out["aux"])
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, f"{name}: parameters without gradient (DDP would fail): {missing[:5]}"
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_eval_output_shape_and_no_aux(name):
+    model = build_model(model_config(name)).eval()
+    with torch.no_grad():
+        out = model(torch.randn(1, 3, 50, 70))
+    assert out["out"].shape == (1, 2, 50, 70)
+    assert out["aux"] == []
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_same_seed_same_output(name):
+    x = torch.randn(1, 3, 40, 52)
+
+    def run(seed: int) -> torch.Tensor:
+        torch.manual_seed(seed)
+        model = build_model(model_config(name)).eval()
+        with torch.no_grad():
+            return model(x)["out"]
+
+    first = run(0)
+    assert torch.equal(first, run(0))
+    assert not torch.allclose(first, run(1))
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_channels_last_weights(name):
+    model = build_model(model_config(name))
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size[0] > 1]
+    assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    model = build_model(model_config(name, ("model.channels_last=false",)))
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size[0] > 1]
+    assert all(c.weight.is_contiguous() for c in convs)
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_summary_parts_add_up(name, caplog):
+    model = build_model(model_config(name))
+    with caplog.at_level(logging.INFO, logger="seg.models.summary"):
+        summary = summarize_model(model, (1, 3, 64, 64))
+    parts = summary["parts"]
+    assert summary["params"] == sum(p.numel() for p in model.parameters())
+    assert summary["params"] == sum(p["params"] for p in parts.values())
+    assert summary["flops"] > 0
+    assert summary["flops"] == sum(p["flops"] for p in parts.values())
+    assert "total" in caplog.text and next(iter(parts)) in caplog.text
+
+
+# --- Configs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exp", EXP_CONFIGS)
+def test_every_experiment_composes_and_builds(exp):
+    cfg = OmegaConf.to_object(compose_train([f"+exp={exp}"]))
+    cfg.model.devices = ["cpu"] * num_columns(cfg.model)
+    model = build_model(cfg.model)
+    assert len(model.devices) == num_columns(cfg.model)
+
+
+def test_default_model_is_dual_channel():
+    cfg = compose_train([]).model
+    assert cfg.name == ModelName.multicolumn
+    assert [c.name for c in cfg.columns] == ["detail", "context"]
+    assert cfg == compose_train(["+exp=dual_channel"]).model
+
+
+def test_bad_model_name_fails_at_compose_listing_the_choices():
+    with pytest.raises(ConfigCompositionException, match=r"model\.name=unetz") as info:
+        compose_train(["model.name=unetz"])
+    assert "lraspp_mobilenet_v3_large" in str(info.value.__cause__)
+
+
+def test_unknown_name_in_a_plain_dataclass_lists_valid_names():
+    with pytest.raises(ValueError, match=r"valid names: .*multicolumn"):
+        build_model(ModelConfig(name="segformer", devices=["cpu"]))
+
+
+# --- Multi-column structure and validation --------------------------------------------------
+
+
+def test_concat_exchange_widens_the_next_stage():
+    cfg = model_config("dual_channel")
+    model = build_model(cfg)
+    widths = [c.widths for c in cfg.columns]
+    for stage in cfg.exchange_stages:
+        for j, column in enumerate(model.columns):
+            first_conv = column.stages[stage + 1][0][0]
+            expected = sum(w[stage] for w in widths)
+            assert first_conv.in_channels == expected, (j, stage)
+
+
+def test_sum_exchange_and_aux_heads():
+    columns = [  # the coarse column first: the decoder still works at the finest resolution
+        ColumnSpec("coarse", 0.25, (8, 16, 24), (1, 1, 2)),
+        ColumnSpec("fine", 1.0, (8, 16, 16), (1, 1, 1)),
+    ]
+    model = MultiColumnSegNet(columns, exchange_stages=[0, 1], exchange_mode="sum", aux_heads=True)
+    model.place([CPU, CPU])
+    assert model.size_divisor == 32  # 2**3 stages / (1/4)
+    out = model.train()(torch.randn(2, 3, 33, 20))
+    assert out["out"].shape == (2, 2, 33, 20) and len(out["aux"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"exchange_stages": [2]}, "valid stages are 0..1"),
+        ({"exchange_stages": [1], "exchange_mode": "sum"}, "needs equal widths at stage 1"),
+        ({"exchange_mode": "max"}, "exchange_mode 'max'"),
+    ],
+)
+def test_bad_exchange_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        two_columns(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        (ColumnSpec("c", 0.3, (8, 16, 16), (1, 1, 1)), "input_scale 0.3"),
+        (ColumnSpec("c", 1.0, (8, 16, 16), (1, 1)), "same length"),
+        (ColumnSpec("c", 1.0, (8, 16), (1, 1)), "same number of stages"),
+    ],
+)
+def test_bad_column_rejected(column, message):
+    with pytest.raises(ValueError, match=message):
+        MultiColumnSegNet([ColumnSpec("a", 1.0, (8, 16, 16), (1, 1, 1)), column])
+
+
+def test_exchange_with_one_column_rejected():
+    cfg = model_config("single_column", ("model.exchange_stages=[1]",))
+    with pytest.raises(ValueError, match="need at least two columns"):
+        build_model(cfg)
+
+
+def test_unsupported_options_rejected():
+    with pytest.raises(ValueError, match="no pretrained weights for 'multicolumn'"):
+        build_model(model_config("dual_channel", ("model.pretrained=true",)))
+    with pytest.raises(ValueError, match="has no auxiliary head"):
+        build_model(model_config("lraspp_mobilenet_v3_large", ("model.aux_heads=true",)))
+
+
+# --- Devices --------------------------------------------------------------------------------
+
+
+def test_columns_live_on_their_devices():
+    # "meta" stands in for a second device on a CPU-only machine.
+    model = two_columns(aux_heads=True).place([CPU, torch.device("meta")])
+    assert {p.device.type for p in model.columns[0].parameters()} == {"cpu"}
+    assert {p.device.type for p in model.columns[1].parameters()} == {"meta"}
+    assert {p.device.type for p in model.aux_heads[1].parameters()} == {"meta"}
+    assert {p.device.type for p in model.decoder.parameters()} == {"cpu"}
+    assert model.devices == [CPU, torch.device("meta")]
+
+
+def test_build_places_columns_on_the_configured_devices():
+    model = build_model(model_config("dual_channel"))
+    assert model.devices == [CPU, CPU]
+    for column in model.columns:
+        assert {p.device for p in column.parameters()} == {CPU}
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        (["cpu"], "1 entries .* 2 column"),
+        (["cpu", "cpu", "cpu"], "3 entries .* 2 column"),
+        (["cpu", "cuda:99"], "cuda:99.? requested but"),
+        (["cpu", "gpu0"], "'gpu0' is not a device"),
+        (["auto", "cpu"], "'auto' must be the only entry"),
+    ],
+)
+def test_bad_device_lists_rejected(devices, message):
+    cfg = model_config("dual_channel")
+    cfg.devices = devices
+    with pytest.raises(ValueError, match=message):
+        build_model(cfg)
+
+
+def test_unavailable_cuda_device_message():
+    with pytest.raises(ValueError, match="cuda:3 requested but only 1 CUDA device"):
+        resolve_devices(["cuda:0", "cuda:3"], 2, device_count=1)
+    with pytest.raises(ValueError, match="no CUDA device is visible"):
+        resolve_devices(["cuda:0"], 1, device_count=0)
+
+
+def test_auto_devices():
+    assert resolve_devices(["auto"], 2, device_count=0) == [CPU, CPU]
+    assert resolve_devices(["auto"], 2, device_count=1) == [torch.device("cuda", 0)] * 2
+    assert resolve_devices(["auto"], 2, device_count=3) == [
+        torch.device("cuda", 0),
+        torch.device("cuda", 1),
+    ]
+    # A bare "cuda" is this replica's GPU.
+    assert resolve_devices(["cuda"], 1, device_count=2, local_rank=1, local_world_size=2) == [
+        torch.device("cuda", 1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "replicas", "columns", "expected"),
+    [
+        (8, 4, 2, [[0, 1], [2, 3], [4, 5], [6, 7]]),  # 4 replicas x 2 columns
+        (8, 8, 2, [[r, r] for r in range(8)]),  # 8 replicas of the whole net
+        (8, 2, 3, [[0, 1, 2], [3, 4, 5]]),
+        (2, 2, 3, [[0, 0, 0], [1, 1, 1]]),
+        (0, 2, 2, [None, None]),
+    ],
+)
+def test_auto_mapping_under_torchrun(gpus, replicas, columns, expected):
+    got = [auto_device_indices(columns, gpus, r, replicas) for r in range(replicas)]
+    assert got == expected
+
+
+def test_auto_reads_torchrun_environment(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert resolve_devices(["auto"], 2, device_count=8) == [
+        torch.device("cuda", 6),
+        torch.device("cuda", 7),
+    ]
+
+
+def test_auto_more_replicas_than_gpus_rejected():
+    with pytest.raises(ValueError, match="16 processes per node but only 8 CUDA"):
+        auto_device_indices(1, 8, 0, 16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_columns_on_gpus_output_on_first_device():
+    cfg = model_config("dual_channel")
+    count = torch.cuda.device_count()
+    cfg.devices = ["cuda:0", "cuda:1" if count > 1 else "cuda:0"]
+    model = build_model(cfg).train()
+    out = model(torch.randn(2, 3, 67, 93))
+    assert out["out"].device == torch.device("cuda", 0)
+    assert {p.device for p in model.columns[1].parameters()} == {torch.device(cfg.devices[1])}
+    out["out"].mean().backward()
+
+
+# --- Pretrained weights without network -------------------------------------------------------
+
+
+def test_pretrained_without_network_fails_clearly(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # an empty cache: the weights must download
+    calls = []
+
+    def no_network(url, *args, **kwargs):
+        calls.append(url)
+        raise urllib.error.URLError("no network in tests")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", no_network)
+    cfg = dataclasses.replace(
+        ModelConfig(name=ModelName.lraspp_mobilenet_v3_large), devices=["cpu"], pretrained=True
+    )
+    with pytest.raises(RuntimeError, match=r"could not download .*model\.pretrained=false") as info:
+        build_model(cfg)
+    assert calls and calls[0] in str(info.value)
+    assert str(tmp_path) in str(info.value)
