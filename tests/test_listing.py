@@ -47,7 +47,9 @@ def test_ccp_excludes_the_empty_annotation(data_env: Path) -> None:
 
 def test_vikram_missing_mask_errors_or_is_skipped(vikram_subset: Path) -> None:
     (vikram_subset / "Ground_Truth" / "2.png").unlink()
-    with pytest.raises(BadSampleError, match=r"2\.jpg: missing mask: expected .*Ground_Truth/2\.png"):
+    with pytest.raises(
+        BadSampleError, match=r"2\.jpg: missing mask: expected .*Ground_Truth/2\.png"
+    ):
         list_vikram(vikram_subset, 0.2, 0.2)
     listing = list_vikram(vikram_subset, 0.2, 0.2, BadSamplePolicy.skip)
     assert sorted(listing.refs) == ["1", "10", "11", "3"]
@@ -69,5 +71,5 @@ def test_ccp_annotation_without_photo_is_reported(shared_datasets: Path, tmp_pat
 
 @pytest.mark.parametrize(("val", "test"), [(-0.1, 0.2), (0.5, 0.5), (0.1, 1.0)])
 def test_bad_split_fractions_are_rejected(vikram_subset: Path, val: float, test: float) -> None:
-    with pytest.raises(ValueError, match="data.(val|test)_fraction"):
+    with pytest.raises(ValueError, match=r"data\.(val|test)_fraction"):
         list_vikram(vikram_subset, val, test)

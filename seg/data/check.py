@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import cv2
 import numpy as np
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
@@ -101,6 +102,8 @@ def scan_source(cfg: DataConfig, name: str, workers: int = 2) -> ScanReport:
         notes=list(listing.notes),
         problems=[str(p) for p in listing.problems],
     )
+    if workers > 0:
+        cv2.setNumThreads(0)  # OpenCV's pool does not survive the workers' fork (see loader.py)
     loader = DataLoader(
         _ScanSet(refs, cfg.mask_resize_tolerance),
         batch_size=None,
