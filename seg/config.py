@@ -84,8 +84,9 @@ class DataConfig:
 class AugConfig:
     """Training and evaluation transforms (see seg/data/transforms.py)."""
 
-    crop_size: list[int] = field(default_factory=lambda: [256, 256])  # H, W of training samples
-    eval_size: list[int] = field(default_factory=lambda: [256, 256])  # H, W fed to the model
+    # H, W of training samples; portrait-shaped like the data (eg_portrait is 800x600, ccp ~830x550)
+    crop_size: list[int] = field(default_factory=lambda: [256, 192])
+    eval_size: list[int] = field(default_factory=lambda: [256, 192])  # H, W fed to the model
     # The case study's four augmentations.
     shift: float = 0.1  # max translation, fraction of the side
     scale: list[float] = field(default_factory=lambda: [0.75, 1.25])
