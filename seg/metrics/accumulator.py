@@ -1,0 +1,191 @@
+"""Per-image statistics and the accumulator that evaluation code feeds batch by batch.
+
+``SegMetrics`` keeps only int64 counts (confusion matrix, boundary counts, image count), so the
+state of several processes can be summed exactly (``reduce_(all_reduce_sum_)``) before the
+ratios are taken once in :meth:`SegMetrics.compute`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from seg.metrics.boundary import (
+    binary_inputs,
+    boundary_counts_multi,
+    boundary_iou_counts_np,
+    dilation_for,
+    fscore_from_counts,
+)
+from seg.metrics.confusion import confusion_matrix, metrics_from_confusion
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else float("nan")
+
+
+def per_image_stats(
+    pred: np.ndarray | Tensor,
+    target: np.ndarray | Tensor,
+    ignore_index: int = 255,
+    boundary_tolerances: Sequence[int] = (2, 5),
+    boundary_iou_ratio: float | None = 0.02,
+) -> dict[str, float]:
+    """Statistics of one binary prediction, e.g. for a per-image CSV or the worst-cases list.
+
+    Args:
+        pred: (H, W) 0/1 or bool person mask.
+        target: (H, W) truth with 0, 1 or ``ignore_index``.
+        boundary_tolerances: one ``boundary_f@<t>`` key per tolerance in pixels.
+        boundary_iou_ratio: band width of ``boundary_iou`` as a fraction of the image diagonal;
+            None leaves the key out.
+
+    Returns:
+        ``pixels`` (labelled), ``correct``, ``tp``, ``fp``, ``fn`` (person class; ints),
+        ``pixel_acc``, ``iou_person`` (NaN when no person in truth or prediction),
+        ``person_fraction`` (of the labelled truth), ``boundary_f@<t>``, ``boundary_iou``.
+        Ratios over no labelled pixel are NaN.
+    """
+    p, t, valid = binary_inputs(pred, target, ignore_index)
+    pixels = int(np.count_nonzero(valid))
+    tp = int(np.count_nonzero(p & t))
+    fp = int(np.count_nonzero(p & ~t & valid))
+    fn = int(np.count_nonzero(~p & t))
+    correct = pixels - fp - fn
+    stats: dict[str, float] = {
+        "pixels": pixels,
+        "correct": correct,
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "pixel_acc": _ratio(correct, pixels),
+        "iou_person": _ratio(tp, tp + fp + fn),
+        "person_fraction": _ratio(tp + fn, pixels),
+    }
+    tolerances = list(boundary_tolerances)
+    counts = boundary_counts_multi(p, t, valid, tolerances)
+    for tol, row in zip(tolerances, counts, strict=True):
+        stats[f"boundary_f@{tol}"] = fscore_from_counts(*row.tolist())["f"]
+    if boundary_iou_ratio is not None:
+        inter, union = boundary_iou_counts_np(
+            p, t, valid, dilation_for(p.shape, boundary_iou_ratio)
+        )
+        stats["boundary_iou"] = _ratio(inter, union)
+    return stats
+
+
+class SegMetrics:
+    """Accumulates a confusion matrix and boundary counts over batches; exact under DDP.
+
+    Boundary metrics (BF at each tolerance, Boundary IoU) are for ``boundary_class`` (the person,
+    1) against the rest; they are computed per image on the CPU with OpenCV and summed as counts,
+    so ``bf_<t>`` and ``boundary_iou`` are dataset-level ratios of summed counts (as the IoU from
+    the confusion matrix), not means of per-image ratios.
+
+    Typical use::
+
+        metrics = SegMetrics(device=device)
+        for images, masks in loader:
+            metrics.update(model(images)["out"].argmax(1), masks)
+        metrics.reduce_(all_reduce_sum_)  # every rank, identical order
+        results = metrics.compute()
+    """
+
+    def __init__(
+        self,
+        num_classes: int = 2,
+        boundary_tolerances: Sequence[int] = (2, 5),
+        ignore_index: int = 255,
+        boundary_class: int = 1,
+        boundary_iou_ratio: float | None = 0.02,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        """``boundary_tolerances=()`` and ``boundary_iou_ratio=None`` skip the (CPU) boundary
+        work, leaving a confusion-matrix-only accumulator."""
+        if not 0 <= boundary_class < num_classes:
+            raise ValueError(f"boundary_class={boundary_class} not in [0, {num_classes})")
+        if any(t < 0 for t in boundary_tolerances):
+            raise ValueError(f"boundary_tolerances must be >= 0, got {tuple(boundary_tolerances)}")
+        self.num_classes = num_classes
+        self.boundary_tolerances = tuple(int(t) for t in boundary_tolerances)
+        self.ignore_index = ignore_index
+        self.boundary_class = boundary_class
+        self.boundary_iou_ratio = boundary_iou_ratio
+        self.device = torch.device(device)
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero every count."""
+        zeros = torch.zeros
+        self.confusion = zeros(
+            self.num_classes, self.num_classes, dtype=torch.int64, device=self.device
+        )
+        # Per tolerance: (matched_pred, n_pred, matched_target, n_target).
+        self.boundary = zeros(
+            len(self.boundary_tolerances), 4, dtype=torch.int64, device=self.device
+        )
+        self.boundary_iou = zeros(2, dtype=torch.int64, device=self.device)  # (intersection, union)
+        self.images = zeros((), dtype=torch.int64, device=self.device)
+
+    def state_tensors(self) -> list[Tensor]:
+        """The live int64 state; in-place changes (e.g. an all-reduce sum) change the counts."""
+        return [self.confusion, self.boundary, self.boundary_iou, self.images]
+
+    def reduce_(self, fn: Callable[[Tensor], object]) -> None:
+        """Apply an in-place sum (e.g. ``all_reduce_sum_``) to every state tensor, in a fixed
+        order, so that every rank then holds the totals."""
+        for tensor in self.state_tensors():
+            fn(tensor)
+
+    @property
+    def _needs_boundaries(self) -> bool:
+        return bool(self.boundary_tolerances) or self.boundary_iou_ratio is not None
+
+    @torch.no_grad()
+    def update(self, pred: Tensor, target: Tensor) -> None:
+        """Add a batch: ``pred`` (B, H, W) class indices, ``target`` (B, H, W) with ignore."""
+        if pred.ndim != 3 or pred.shape != target.shape:
+            raise ValueError(
+                f"expected pred and target of one shape (B, H, W), got {tuple(pred.shape)} "
+                f"and {tuple(target.shape)}"
+            )
+        cm = confusion_matrix(pred, target, self.num_classes, self.ignore_index)
+        self.confusion += cm.to(self.device)
+        self.images += pred.shape[0]
+        if not self._needs_boundaries:
+            return
+        # Labels were validated by confusion_matrix; the rest is per image on the CPU (OpenCV).
+        k = self.boundary_class
+        pred_k = (pred == k).cpu().numpy()
+        valid = (target != self.ignore_index).cpu().numpy()
+        truth_k = (target == k).cpu().numpy()
+        bf = np.zeros((len(self.boundary_tolerances), 4), dtype=np.int64)
+        biou = np.zeros(2, dtype=np.int64)
+        ratio = self.boundary_iou_ratio
+        d = dilation_for(pred.shape, ratio) if ratio is not None else 0
+        for p, t, v in zip(pred_k, truth_k, valid, strict=True):
+            if self.boundary_tolerances:
+                bf += boundary_counts_multi(p, t, v, self.boundary_tolerances)
+            if ratio is not None:
+                biou += np.asarray(boundary_iou_counts_np(p, t, v, d), dtype=np.int64)
+        self.boundary += torch.from_numpy(bf).to(self.device)
+        self.boundary_iou += torch.from_numpy(biou).to(self.device)
+
+    def compute(self) -> dict[str, float]:
+        """Metrics of everything seen (after ``reduce_``, of every rank).
+
+        Returns:
+            the keys of :func:`metrics_from_confusion` (``pixel_acc``, ``miou``,
+            ``iou_person``, ``dice_person``, ``precision_person``, ``recall_person``, ...),
+            ``bf_<t>`` per tolerance and ``boundary_iou`` (NaN when no band pixel was seen).
+        """
+        out = metrics_from_confusion(self.confusion)
+        for tol, row in zip(self.boundary_tolerances, self.boundary.cpu().tolist(), strict=True):
+            out[f"bf_{tol}"] = fscore_from_counts(*row)["f"]
+        if self.boundary_iou_ratio is not None:
+            inter, union = self.boundary_iou.cpu().tolist()
+            out["boundary_iou"] = _ratio(inter, union)
+        return out
