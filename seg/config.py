@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 
+from seg.engine.config import LoggingConfig, LossConfig, OptimConfig, TrainerConfig
 from seg.models.config import ModelConfig
 
 
@@ -113,6 +114,10 @@ class Config:
     aug: AugConfig = field(default_factory=AugConfig)
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
 def register_configs() -> None:

@@ -11,7 +11,7 @@ import albumentations as A
 import cv2
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, get_worker_info
 
 from seg.data.transforms import seed_transform
 
@@ -62,6 +62,7 @@ def build_loader(
     seed: int = 0,
     rank: int = 0,
     distributed: bool = False,
+    sampler: Sampler | None = None,
     pin_memory: bool | None = None,
     prefetch_factor: int | None = None,
 ) -> DataLoader:
@@ -71,7 +72,8 @@ def build_loader(
     ``loader.sampler.set_epoch(epoch)`` every epoch); exact distributed evaluation, where every
     sample is seen once without padding, is the evaluation code's business, not this sampler's.
     Pinned memory defaults to on when CUDA is available. ``seed`` fixes the shuffling order and,
-    with ``rank``, the augmentation streams; workers persist across epochs.
+    with ``rank``, the augmentation streams; workers persist across epochs. A given ``sampler``
+    (e.g. the engine's resumable one) replaces the default order.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -79,7 +81,8 @@ def build_loader(
         raise ValueError(f"num_workers must be >= 0, got {num_workers}")
     if len(dataset) == 0:  # type: ignore[arg-type]
         raise ValueError("the dataset is empty: check data.root and the split")
-    sampler = None
+    if distributed and sampler is not None:
+        raise ValueError("pass either distributed=True or a sampler, not both")
     if distributed:
         sampler = DistributedSampler(dataset, shuffle=train, seed=seed, drop_last=train)
     if num_workers > 0:

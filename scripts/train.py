@@ -1,0 +1,32 @@
+"""Train a segmentation model; the work is ``seg.engine.train.train(cfg)``.
+
+    python scripts/train.py +exp=dual_channel                       # one process
+    python scripts/train.py +exp=dual_channel trainer.max_steps=20  # a short run
+    python scripts/train.py +exp=dual_channel trainer.devices=auto  # one replica per GPU
+    torchrun --nproc_per_node=2 scripts/train.py +exp=dual_channel  # torchrun starts them
+
+See docs/training.md for multi-node runs, SLURM, resume and crash recovery.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from seg.config import register_configs
+from seg.engine.launch import hydra_overrides
+from seg.engine.train import train
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+def main(cfg: DictConfig) -> float:
+    """Return the final pixel accuracy (what a Hydra sweeper would optimise)."""
+    return train(cfg)["val/pixel_acc"]
+
+
+if __name__ == "__main__":
+    register_configs()
+    sys.argv += hydra_overrides()  # under torchrun: one run directory for all ranks
+    main()

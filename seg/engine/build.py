@@ -1,0 +1,159 @@
+"""``setup(cfg, ckpt) -> Parts``: the one place that reads the config to build what training
+needs (model wrapped in DDP once, loss, optimiser, schedule, scaler, loaders), restored from a
+checkpoint when resuming."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+from seg.config import Config
+from seg.data import IGNORE_INDEX, build_dataset, build_eval_datasets
+from seg.data.transforms import build_eval_transform, build_train_transform
+from seg.engine import distributed as du
+from seg.engine.checkpoint import restore_rng
+from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
+from seg.engine.evaluate import metric_names
+from seg.engine.losses import build_loss
+from seg.engine.optim import autocast_dtype, build_optimizer, build_scaler, build_scheduler
+from seg.models import build_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Parts:
+    """Everything ``setup`` builds; ``model`` is DDP-wrapped with several replicas."""
+
+    model: nn.Module
+    model_without_ddp: nn.Module  # what is saved and evaluated
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    amp_dtype: torch.dtype | None
+    device: torch.device  # inputs go here (the first column's device)
+    cuda_devices: list[torch.device]  # every GPU of this replica (their RNG states are saved)
+    train_loader: DataLoader
+    sampler: ResumableSampler
+    val_loader: DataLoader | None
+    sources: list[str]  # validation is reported per source
+    transforms: list[Any]  # the training pipelines of this process (their RNG states are saved)
+    steps_per_epoch: int
+    total_steps: int
+    global_batch: int  # images per optimiser step, over all replicas
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    """Seed ``random`` and numpy per rank; torch's seed is set where the model is built."""
+    random.seed(seed + du.rank())
+    np.random.seed((seed + du.rank()) % 2**32)
+    torch.backends.cudnn.benchmark = not deterministic
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+        torch.use_deterministic_algorithms(True)
+
+
+def build_ddp_model(cfg: Config, ckpt: dict[str, Any] | None) -> tuple[nn.Module, nn.Module]:
+    """``(model, model_without_ddp)``: weights restored, SyncBN and DDP with several replicas."""
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = build_model(cfg.model)
+    devices = list(model.devices)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+    if du.world_size() == 1:
+        return model, model
+    if cfg.trainer.sync_bn and devices[0].type == "cuda":
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    elif cfg.trainer.sync_bn:
+        log.warning(
+            "trainer.sync_bn: SyncBatchNorm needs GPUs; on CPU each replica normalises "
+            "with its own batch statistics"
+        )
+    # One GPU: device_ids=[it]. Columns on several GPUs (a multi-device module) or the CPU: None.
+    single_gpu = devices[0].type == "cuda" and len(set(devices)) == 1
+    ddp = DDP(model, device_ids=[devices[0]] if single_gpu else None, find_unused_parameters=False)
+    return ddp, model
+
+
+def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
+    """Build everything from ``cfg``; with ``ckpt``, also restore the weights, the optimiser,
+    schedule and scaler states and this rank's random states."""
+    t, ws, rank = cfg.trainer, du.world_size(), du.rank()
+    num_classes = cfg.model.num_classes
+    if t.best_metric not in metric_names(num_classes):
+        raise ValueError(
+            f"trainer.best_metric={t.best_metric!r}; valid: {metric_names(num_classes)}"
+        )
+    model, model_without_ddp = build_ddp_model(cfg, ckpt)
+    devices = list(model_without_ddp.devices)
+    train_set = build_dataset(cfg.data, "train", build_train_transform(cfg.aug))
+    eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
+    val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
+    # A resumed run draws fresh augmentation streams in its workers (see docs/training.md).
+    start = 0 if ckpt is None else ckpt["step"]
+    streams = cfg.seed if start == 0 else cfg.seed + 1_000_003 * start
+    loader, sampler = build_train_loader(
+        train_set, t.batch_size, t.num_workers, cfg.seed, rank, ws, streams
+    )
+    steps_per_epoch = len(sampler) // t.batch_size // t.accumulate
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"the training split has {len(train_set)} samples ({len(sampler)} per replica), "
+            f"fewer than one step of trainer.batch_size={t.batch_size} x "
+            f"trainer.accumulate={t.accumulate}"
+        )
+    total = t.epochs * steps_per_epoch
+    total = min(total, t.max_steps) if t.max_steps > 0 else total
+    optimizer = build_optimizer(model_without_ddp, cfg.optim)
+    parts = Parts(
+        model=model,
+        model_without_ddp=model_without_ddp,
+        criterion=build_loss(cfg.loss, num_classes, cfg.model.aux_weight).to(devices[0]),
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, cfg.optim, total),
+        scaler=build_scaler(t.precision, devices[0]),
+        amp_dtype=autocast_dtype(t.precision, devices[0]),
+        device=devices[0],
+        cuda_devices=sorted({d for d in devices if d.type == "cuda"}, key=str),
+        train_loader=loader,
+        sampler=sampler,
+        val_loader=build_val_loader(val_sets, t.eval_batch_size, t.num_workers, rank, ws),
+        sources=list(val_sets),
+        transforms=[train_set.transform],
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total,
+        global_batch=t.batch_size * t.accumulate * ws,
+    )
+    if ckpt is not None:
+        restore_states(parts, ckpt)
+    return parts
+
+
+def restore_states(p: Parts, ckpt: dict[str, Any]) -> None:
+    """Optimiser, schedule position, scaler and this rank's random states from ``ckpt``."""
+    p.optimizer.load_state_dict(ckpt["optimizer"])
+    # The schedule's shape comes from the current config (a longer max_steps re-plans the rest
+    # of the decay); only its position is restored.
+    p.scheduler.load_state_dict({**ckpt["scheduler"], "lr_lambdas": [None]})
+    if ckpt["scaler"] and p.scaler.is_enabled():
+        p.scaler.load_state_dict(ckpt["scaler"])
+    if len(ckpt["rng"]) == du.world_size():
+        restore_rng(ckpt["rng"][du.rank()], p.transforms, p.cuda_devices)
+    else:
+        log.warning(
+            "the checkpoint comes from %d replica(s), this run has %d: random states are "
+            "not restored",
+            len(ckpt["rng"]),
+            du.world_size(),
+        )

@@ -1,0 +1,202 @@
+"""Typed configs of the training engine: trainer, optimiser, loss, logging (no torch import).
+
+Hydra checks types and enum values when it composes the config; the range checks below run when
+the config becomes a typed object (``OmegaConf.to_object``, done first thing by ``train``), so a
+bad value fails at start with a message that names the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+PRECISIONS = ("32", "bf16", "16")
+
+
+class OptimizerName(str, Enum):
+    sgd = "sgd"
+    adamw = "adamw"
+
+
+class ScheduleName(str, Enum):
+    poly = "poly"  # (1 - t)^power, as in DeepLab and torchvision's segmentation recipe
+    cosine = "cosine"
+    constant = "constant"
+
+
+class FaultKind(str, Enum):
+    exit = "exit"  # os._exit(1): the process dies at once, as a crashed worker does
+    exception = "exception"  # raise InjectedFault (in-process tests)
+
+
+def _check(ok: bool, key: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"{key}={value!r} is invalid: expected {expected}")
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 30
+    # Optimiser steps; > 0 ends training there, and the LR schedule ends there too.
+    max_steps: int = -1
+    batch_size: int = 8  # per replica and forward pass
+    accumulate: int = 1  # forward passes per optimiser step (gradient accumulation)
+    grad_clip: float = 0.0  # max global gradient norm; 0 = off
+    precision: str = "32"  # 32 | bf16 (autocast) | 16 (fp16 autocast + gradient scaler, CUDA)
+    # Replicas that `python scripts/train.py` starts itself (torch elastic): N or auto (one per
+    # visible GPU, 1 on CPU). Ignored under torchrun, which decides.
+    devices: str = "1"
+    max_restarts: int = 0  # with devices > 1: restarts of all workers after a failure
+    sync_bn: bool = True  # SyncBatchNorm when there is more than one replica (CUDA only)
+    deterministic: bool = False  # torch.use_deterministic_algorithms, no cuDNN autotuning
+    num_workers: int = 4
+    eval_every: int = 1  # validate every N epochs (and at the end); 0 = only at the end
+    eval_batch_size: int = 8
+    val_split: str = "val"
+    target_pixel_acc: float = 0.88
+    stop_at_target: bool = False
+    best_metric: str = "pixel_acc"  # overall validation metric (higher is better) for best.pt
+    ckpt_every_steps: int = 0  # also write last.pt every N steps; 0 = at epoch ends only
+    keep_last: int = 3  # step checkpoints kept beside last.pt and best.pt; 0 = none
+    resume: str | None = None  # auto (run_dir's last.pt, if any) | a checkpoint | a run dir
+    run_dir: str | None = None  # default: Hydra's output directory, else outputs/<time>
+    dist_timeout_s: int = 1800
+    # Fault injection for the crash-recovery test: at this step, on this rank, on the first
+    # attempt only (TORCHELASTIC_RESTART_COUNT=0). -1 = off.
+    fault_at_step: int = -1
+    fault_rank: int = 0
+    fault_kind: FaultKind = FaultKind.exit
+
+    def __post_init__(self) -> None:
+        for key in ("epochs", "batch_size", "accumulate", "eval_batch_size", "dist_timeout_s"):
+            value = getattr(self, key)
+            _check(value >= 1, f"trainer.{key}", value, "an integer >= 1")
+        for key in ("num_workers", "eval_every", "ckpt_every_steps", "keep_last", "max_restarts"):
+            value = getattr(self, key)
+            _check(value >= 0, f"trainer.{key}", value, "an integer >= 0")
+        _check(
+            self.max_steps == -1 or self.max_steps >= 1,
+            "trainer.max_steps",
+            self.max_steps,
+            "-1 (no limit) or an integer >= 1",
+        )
+        _check(self.grad_clip >= 0, "trainer.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
+        _check(
+            str(self.precision) in PRECISIONS,
+            "trainer.precision",
+            self.precision,
+            f"one of {', '.join(PRECISIONS)}",
+        )
+        devices = str(self.devices)
+        _check(
+            devices == "auto" or (devices.isdigit() and int(devices) >= 1),
+            "trainer.devices",
+            self.devices,
+            "auto or an integer >= 1",
+        )
+        _check(
+            0 < self.target_pixel_acc <= 1,
+            "trainer.target_pixel_acc",
+            self.target_pixel_acc,
+            "a fraction in (0, 1], e.g. 0.88",
+        )
+        _check(
+            self.val_split in ("val", "test"), "trainer.val_split", self.val_split, "val or test"
+        )
+        _check(self.fault_rank >= 0, "trainer.fault_rank", self.fault_rank, "a rank >= 0")
+
+
+@dataclass
+class OptimConfig:
+    name: OptimizerName = OptimizerName.sgd
+    lr: float = 0.01  # peak learning rate, reached at the end of the warm-up
+    momentum: float = 0.9  # sgd
+    nesterov: bool = False  # sgd
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw
+    weight_decay: float = 1e-4
+    # Weight decay of normalisation layers and biases; null = the same as weight_decay.
+    norm_weight_decay: float | None = 0.0
+    schedule: ScheduleName = ScheduleName.poly
+    power: float = 0.9  # poly
+    min_lr_ratio: float = 0.0  # final LR of poly / cosine, as a fraction of lr
+    warmup_steps: int = 0  # linear warm-up from warmup_factor * lr to lr
+    warmup_factor: float = 0.01
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "optim.lr", self.lr, "a number > 0")
+        _check(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "a number >= 0")
+        _check(
+            self.norm_weight_decay is None or self.norm_weight_decay >= 0,
+            "optim.norm_weight_decay",
+            self.norm_weight_decay,
+            "null or a number >= 0",
+        )
+        _check(0 <= self.momentum < 1, "optim.momentum", self.momentum, "a number in [0, 1)")
+        _check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "optim.betas",
+            self.betas,
+            "two numbers in [0, 1)",
+        )
+        _check(self.power > 0, "optim.power", self.power, "a number > 0")
+        _check(
+            0 <= self.min_lr_ratio <= 1,
+            "optim.min_lr_ratio",
+            self.min_lr_ratio,
+            "a fraction in [0, 1]",
+        )
+        _check(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, "an integer >= 0")
+        _check(
+            0 < self.warmup_factor <= 1,
+            "optim.warmup_factor",
+            self.warmup_factor,
+            "a fraction in (0, 1]",
+        )
+
+
+@dataclass
+class LossConfig:
+    """Cross-entropy (ignore index 255) on the main and auxiliary logits, optional Dice and OHEM.
+
+    The auxiliary heads' weight is ``model.aux_weight``.
+    """
+
+    class_weights: list[float] | None = None  # one per class; null = equal
+    label_smoothing: float = 0.0
+    dice_weight: float = 0.0  # adds dice_weight * (1 - soft Dice of the person class); 0 = off
+    ohem: bool = False  # online hard example mining: average CE over the hardest pixels only
+    ohem_thresh: float = 0.7  # hard = probability of the true class below this
+    ohem_min_kept: int = 10000  # ... but at least this many pixels per forward pass
+
+    def __post_init__(self) -> None:
+        _check(self.dice_weight >= 0, "loss.dice_weight", self.dice_weight, "a number >= 0")
+        _check(
+            0 <= self.label_smoothing < 1,
+            "loss.label_smoothing",
+            self.label_smoothing,
+            "a number in [0, 1)",
+        )
+        _check(
+            0 < self.ohem_thresh <= 1,
+            "loss.ohem_thresh",
+            self.ohem_thresh,
+            "a probability in (0, 1]",
+        )
+        _check(self.ohem_min_kept >= 1, "loss.ohem_min_kept", self.ohem_min_kept, "an integer >= 1")
+        _check(
+            self.class_weights is None or all(w >= 0 for w in self.class_weights),
+            "loss.class_weights",
+            self.class_weights,
+            "null or numbers >= 0",
+        )
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = 10  # steps between log lines and TensorBoard points
+    tensorboard: bool = True
+    progress_bar: bool = True  # tqdm on rank 0, on a terminal
+
+    def __post_init__(self) -> None:
+        _check(self.log_every >= 1, "logging.log_every", self.log_every, "an integer >= 1")

@@ -1,0 +1,77 @@
+"""Validation during training: confusion matrices summed over ranks, then the metrics.
+
+Every validation sample is scored on exactly one rank (contiguous shards, no padding) and the
+integer matrices are summed before any ratio is taken, so the result is the same on any number
+of replicas. Scoring happens at the eval transform's size (``aug.eval_size``) with the padding
+ignored (mask 255); scoring at the original resolution is the evaluation script's job.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+
+from seg.data import IGNORE_INDEX
+from seg.engine import distributed as du
+from seg.metrics import confusion_matrix, metrics_from_confusion
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: DataLoader | None,
+    device: torch.device,
+    sources: list[str],
+    num_classes: int,
+    amp_dtype: torch.dtype | None = None,
+) -> dict[str, Tensor]:
+    """Confusion matrix (C, C) int64 of each source, over all ranks' shards.
+
+    ``model`` is the plain module (not DDP: shards differ in length, so no collective may run
+    inside the loop); ``loader`` is this rank's shard (None: empty). Every rank must call this.
+    """
+    was_training = model.training
+    model.eval()
+    index = {name: i for i, name in enumerate(sources)}
+    cms = torch.zeros(len(sources), num_classes, num_classes, dtype=torch.long, device=device)
+    for batch in loader if loader is not None else []:
+        images = batch["image"].to(device, non_blocking=True)
+        masks = batch["mask"].to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            pred = model(images)["out"].argmax(1)
+        for name in sorted(set(batch["source"])):
+            if name not in index:
+                raise KeyError(f"validation sample from source {name!r}, expected {sources}")
+            keep = torch.tensor([s == name for s in batch["source"]], device=device)
+            cms[index[name]] += confusion_matrix(pred[keep], masks[keep], num_classes, IGNORE_INDEX)
+    du.all_reduce_sum_(cms)
+    model.train(was_training)
+    return {name: cms[i] for name, i in index.items()}
+
+
+def validation_metrics(cms: dict[str, Tensor]) -> dict[str, Any]:
+    """``val/<source>/<metric>`` per source, ``val/<metric>`` over all of them (the summed
+    matrix), and the matrices themselves as lists under ``confusion/<source>`` / ``confusion/all``.
+    """
+    out: dict[str, Any] = {}
+    for name, cm in cms.items():
+        out.update({f"val/{name}/{k}": v for k, v in metrics_from_confusion(cm).items()})
+    total = sum(cms.values())
+    out.update({f"val/{k}": v for k, v in metrics_from_confusion(total).items()})
+    out.update({f"confusion/{name}": cm.tolist() for name, cm in cms.items()})
+    out["confusion/all"] = total.tolist()
+    return out
+
+
+def metric_names(num_classes: int) -> list[str]:
+    """The overall metric names (``trainer.best_metric`` must be one)."""
+    return list(metrics_from_confusion(torch.zeros(num_classes, num_classes, dtype=torch.long)))
+
+
+def scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    """The finite float entries (what TensorBoard gets)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)}

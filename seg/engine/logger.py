@@ -1,0 +1,157 @@
+"""What a run logs: loss terms averaged over ranks, TensorBoard scalars, ``metrics.jsonl``, and
+the final report. Writers exist on rank 0 only, decided once when :class:`MetricLogger` is built.
+
+Scalar names: ``train/loss`` (and ``train/<term>``), ``lr``, ``perf/img_per_s``,
+``val/pixel_acc``, ``val/iou_person``, ``val/miou`` and ``val/<source>/<metric>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seg.engine import distributed as du
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN or infinite; training stops before anything is checkpointed."""
+
+
+class LossMeter:
+    """Sums the loss terms of every forward pass on the device (no host sync per step) and
+    remembers the first step whose loss was not finite.
+
+    :meth:`flush` (at log steps and before checkpoints) makes one collective and one host sync:
+    it averages the terms over passes and ranks, and raises :class:`NonFiniteLossError` on every
+    rank if any rank saw a non-finite loss.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.names: list[str] = []
+        self.sums: Tensor | None = None
+        self.count = 0
+        self.bad_step = torch.full((), -1, dtype=torch.long, device=device)
+        self.bad_terms: Tensor | None = None
+
+    def add(self, terms: dict[str, Tensor], step: int) -> None:
+        if not self.names:
+            self.names = list(terms)
+        values = torch.stack([terms[k].detach().float().to(self.device) for k in self.names])
+        if self.sums is None:
+            self.sums = torch.zeros_like(values)
+            self.bad_terms = torch.zeros_like(values)
+        first_bad = ~torch.isfinite(values).all() & (self.bad_step < 0)
+        self.bad_step = torch.where(first_bad, step, self.bad_step)
+        self.bad_terms = torch.where(first_bad, values, self.bad_terms)
+        self.sums += values
+        self.count += 1
+
+    def flush(self) -> dict[str, float]:
+        """Mean of each term since the last flush, over passes and ranks; resets the sums."""
+        if self.sums is None:
+            return {}
+        bad = (self.bad_step >= 0).float().reshape(1)
+        packed = torch.cat([self.sums, torch.tensor([float(self.count)], device=self.device), bad])
+        du.all_reduce_sum_(packed)
+        values = packed.tolist()
+        if values[-1] > 0:
+            self._raise()
+        means = {k: v / values[-2] for k, v in zip(self.names, values, strict=False)}
+        self.sums.zero_()
+        self.count = 0
+        return means
+
+    def _raise(self) -> None:
+        step = int(self.bad_step)
+        if step >= 0:
+            terms = dict(zip(self.names, self.bad_terms.tolist(), strict=True))
+            where = f"at step {step} on rank {du.rank()}: loss terms {terms}"
+        else:
+            where = "on another rank (see its log)"
+        msg = (
+            f"the training loss is not finite {where}; training stops here and the last "
+            "checkpoint (written before this step) is kept. Lower optim.lr, set "
+            "trainer.grad_clip, or use trainer.precision=32 or bf16 instead of 16."
+        )
+        log.error(msg)
+        raise NonFiniteLossError(msg)
+
+
+class MetricLogger:
+    """TensorBoard (``run_dir/tb``) and ``run_dir/metrics.jsonl``; ``run_dir=None`` (ranks other
+    than 0) makes every call a no-op. On resume from ``step``, later points of the interrupted
+    run are dropped from both, so the history reads as one uninterrupted run."""
+
+    def __init__(
+        self, run_dir: Path | None, tensorboard: bool = True, resume_step: int = 0
+    ) -> None:
+        self.path = None if run_dir is None else run_dir / "metrics.jsonl"
+        self.tb = None
+        if self.path is None:
+            return
+        if resume_step > 0 and self.path.exists():
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line)["step"] <= resume_step
+            ]
+            self.path.write_text("".join(f"{line}\n" for line in kept))
+        elif self.path.exists():
+            self.path.unlink()
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(
+                str(run_dir / "tb"), purge_step=resume_step + 1 if resume_step else None
+            )
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        if self.path is None:
+            return
+        with self.path.open("a") as out:
+            out.write(json.dumps({"step": step, **scalars}) + "\n")
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(key, value, step)
+            self.tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
+
+
+def format_report(metrics: dict[str, Any], sources: list[str], target: float) -> str:
+    """The final table: pixel accuracy, person IoU and mIoU per source and overall, the verdict
+    against the pixel-accuracy target, and when the target was first reached."""
+    rows = [(s, f"val/{s}/") for s in sources] + [("all", "val/")]
+    lines = [f"{'source':<20} {'pixel acc':>10} {'person IoU':>11} {'mIoU':>8}"]
+    for name, prefix in rows:
+        acc, iou, miou = (
+            _pct(metrics.get(prefix + k)) for k in ("pixel_acc", "iou_person", "miou")
+        )
+        lines.append(f"{name:<20} {acc:>10} {iou:>11} {miou:>8}")
+    acc = metrics.get("val/pixel_acc", float("nan"))
+    verdict = "PASS" if acc >= target else "FAIL"
+    lines.append(f"pixel accuracy {_pct(acc)} vs target {_pct(target)}: {verdict}")
+    reached = metrics.get("target_reached")
+    if reached:
+        lines.append(
+            f"target first reached at epoch {reached['epoch']}, step {reached['step']}, "
+            f"{reached['wall_time_s']:.0f} s, {reached['images_seen']} images seen"
+        )
+    else:
+        lines.append("target not reached during training")
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""Optimiser, learning-rate schedule (poly / cosine after a linear warm-up) and mixed precision."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from enum import Enum
+
+import torch
+from torch import nn
+from torch.optim import SGD, AdamW, Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+from seg.engine.config import OptimConfig
+
+_NORMS = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.GroupNorm,
+    nn.LayerNorm,
+    nn.modules.instancenorm._InstanceNorm,
+)
+
+
+def _value(x: object) -> str:
+    return x.value if isinstance(x, Enum) else str(x)
+
+
+def param_groups(
+    model: nn.Module, weight_decay: float, norm_weight_decay: float | None
+) -> list[dict]:
+    """Two groups: weights, and normalisation-layer parameters plus biases (as torchvision's
+    ``set_weight_decay``), whose decay is ``norm_weight_decay`` (None: ``weight_decay``)."""
+    if norm_weight_decay is None:
+        return [
+            {
+                "params": [p for p in model.parameters() if p.requires_grad],
+                "weight_decay": weight_decay,
+            }
+        ]
+    decay, no_decay = [], []
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if not p.requires_grad:
+                continue
+            (no_decay if isinstance(module, _NORMS) or name == "bias" else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": norm_weight_decay},
+    ]
+
+
+OPTIMIZERS: dict[str, Callable[[list[dict], OptimConfig], Optimizer]] = {
+    "sgd": lambda groups, c: SGD(groups, lr=c.lr, momentum=c.momentum, nesterov=c.nesterov),
+    "adamw": lambda groups, c: AdamW(groups, lr=c.lr, betas=tuple(c.betas)),
+}
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig) -> Optimizer:
+    """``optim.name`` (sgd | adamw) over ``model``'s trainable parameters."""
+    name = _value(cfg.name)
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optim.name {name!r}; valid names: {sorted(OPTIMIZERS)}")
+    if name == "sgd" and cfg.nesterov and cfg.momentum <= 0:
+        raise ValueError("optim.nesterov=true needs optim.momentum > 0")
+    groups = param_groups(model, cfg.weight_decay, cfg.norm_weight_decay)
+    return OPTIMIZERS[name](groups, cfg)
+
+
+class WarmupSchedule:
+    """LR factor at optimiser step ``t``: linear warm-up, then poly, cosine or constant.
+
+    A callable object rather than a closure, so ``LambdaLR.state_dict()`` stores its fields
+    (plain numbers) and a checkpoint stays loadable with ``weights_only=True``.
+    """
+
+    def __init__(
+        self,
+        total_steps: int,
+        schedule: str = "poly",
+        warmup_steps: int = 0,
+        warmup_factor: float = 0.01,
+        power: float = 0.9,
+        min_lr_ratio: float = 0.0,
+    ) -> None:
+        if schedule not in ("poly", "cosine", "constant"):
+            raise ValueError(f"optim.schedule={schedule!r}; valid: poly, cosine, constant")
+        if total_steps < 1:
+            raise ValueError(f"the schedule needs at least one step, got total_steps={total_steps}")
+        self.total_steps = total_steps
+        self.schedule = schedule
+        self.warmup_steps = min(warmup_steps, total_steps)
+        self.warmup_factor = warmup_factor
+        self.power = power
+        self.min_lr_ratio = min_lr_ratio
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.warmup_factor + (1 - self.warmup_factor) * step / self.warmup_steps
+        t = min((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 1.0)
+        if self.schedule == "poly":
+            decay = (1 - t) ** self.power
+        elif self.schedule == "cosine":
+            decay = 0.5 * (1 + math.cos(math.pi * t))
+        else:
+            decay = 1.0
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * decay
+
+
+def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, total_steps: int) -> LambdaLR:
+    """Per-optimiser-step schedule over ``total_steps`` (call ``.step()`` after each step)."""
+    schedule = WarmupSchedule(
+        total_steps,
+        _value(cfg.schedule),
+        cfg.warmup_steps,
+        cfg.warmup_factor,
+        cfg.power,
+        cfg.min_lr_ratio,
+    )
+    return LambdaLR(optimizer, schedule)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """``trainer.precision`` -> the autocast dtype on ``device`` (None: float32, no autocast).
+
+    bf16 works on CPUs and on GPUs that support it; fp16 ("16") needs CUDA and a gradient
+    scaler (:func:`build_scaler`).
+    """
+    precision = str(precision)
+    if precision == "32":
+        return None
+    if precision == "bf16":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ValueError(
+                f"trainer.precision=bf16: {torch.cuda.get_device_name(device)} does not support "
+                "bfloat16; use trainer.precision=16 (fp16 with a gradient scaler) or 32"
+            )
+        return torch.bfloat16
+    if precision == "16":
+        if device.type != "cuda":
+            raise ValueError(
+                f"trainer.precision=16 (fp16 with a gradient scaler) needs a CUDA device, but "
+                f"this replica runs on {device}; use trainer.precision=bf16 or 32"
+            )
+        return torch.float16
+    raise ValueError(f"trainer.precision={precision!r}; valid: 32, bf16, 16")
+
+
+def build_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
+    """A gradient scaler, enabled only for fp16 (bf16 has float32's range and needs none)."""
+    return torch.amp.GradScaler(device.type, enabled=str(precision) == "16")

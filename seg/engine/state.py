@@ -1,0 +1,72 @@
+"""Training progress (saved in every checkpoint) and the fault injection of the crash tests."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from seg.engine import distributed as du
+from seg.engine.config import FaultKind, TrainerConfig
+
+log = logging.getLogger(__name__)
+STATE_KEYS = ("epoch", "step", "batch_in_epoch", "elapsed_s", "best", "target", "metrics")
+
+
+@dataclass
+class TrainState:
+    """``epoch`` is the epoch in progress, of which ``batch_in_epoch`` forward passes are done;
+    ``step`` counts optimiser steps. The fields of ``STATE_KEYS`` go into checkpoints."""
+
+    epoch: int = 0
+    step: int = 0
+    batch_in_epoch: int = 0
+    elapsed_s: float = 0.0  # training wall time, over all attempts
+    best: float | None = None
+    target: dict | None = None  # when val/pixel_acc first reached trainer.target_pixel_acc
+    metrics: dict = field(default_factory=dict)  # the latest validation
+    clock: float = field(default_factory=time.perf_counter, repr=False)
+
+    def tick(self) -> None:
+        """Add the time since the last tick to ``elapsed_s``."""
+        now = time.perf_counter()
+        self.elapsed_s += now - self.clock
+        self.clock = now
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in STATE_KEYS}
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any], world_size: int) -> TrainState:
+        state = cls(**{k: ckpt[k] for k in STATE_KEYS})
+        saved_world = len(ckpt["rng"])  # one entry per replica
+        if state.batch_in_epoch and saved_world != world_size:
+            # A position inside an epoch means nothing with another number of replicas.
+            log.warning(
+                "the checkpoint has %d replica(s), this run %d: continuing at epoch %d",
+                saved_world,
+                world_size,
+                state.epoch + 1,
+            )
+            state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+        return state
+
+
+class InjectedFault(RuntimeError):
+    """The fault that ``trainer.fault_at_step`` injects with ``trainer.fault_kind=exception``."""
+
+
+def maybe_inject_fault(t: TrainerConfig, step: int) -> None:
+    """The crash of ``trainer.fault_at_step`` (crash-recovery tests), on rank
+    ``trainer.fault_rank`` and on the first attempt only, after that step's checkpoint."""
+    if step != t.fault_at_step or du.rank() != t.fault_rank or du.restart_count() > 0:
+        return
+    message = f"trainer.fault_at_step={step}: injected fault on rank {du.rank()}"
+    log.error(message)
+    if FaultKind(t.fault_kind) is FaultKind.exit:
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)  # die like a crashed worker: no exception, no clean-up
+    raise InjectedFault(message)

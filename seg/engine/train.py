@@ -1,0 +1,306 @@
+"""The training loop as a few plain functions (in the manner of torchvision's reference recipe):
+
+    train(cfg) -> setup -> for each epoch: train_one_epoch -> validate -> save_checkpoint
+
+The same code runs in one process, under torchrun, and in the workers that
+``trainer.devices=N`` starts (seg/engine/launch.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from seg.config import Config
+from seg.data import save_splits
+from seg.engine import distributed as du
+from seg.engine.build import Parts, seed_everything, setup
+from seg.engine.checkpoint import (
+    Checkpointer,
+    capture_rng,
+    find_resume_checkpoint,
+    load_checkpoint,
+)
+from seg.engine.evaluate import evaluate, scalars, validation_metrics
+from seg.engine.launch import launch, needs_launch, remember_run_dir
+from seg.engine.logger import LossMeter, MetricLogger, format_report
+from seg.engine.run_dir import (
+    config_to_dict,
+    decide_run_dir,
+    to_config,
+    write_json,
+    write_run_files,
+)
+from seg.engine.state import TrainState, maybe_inject_fault
+from seg.models import num_columns, resolve_devices
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: Config | DictConfig) -> dict[str, Any]:
+    """Train ``cfg`` (checked first: a bad value fails here) and return the final metrics.
+
+    Starts ``trainer.devices`` replicas itself unless a launcher (torchrun, SLURM) already did.
+    """
+    cfg = to_config(cfg)
+    if needs_launch(cfg.trainer.devices):
+        return launch(cfg)
+    du.export_slurm_environment()
+    devices = resolve_devices(list(cfg.model.devices), num_columns(cfg.model))
+    du.init_distributed(devices, cfg.trainer.dist_timeout_s)
+    if not du.is_main_process():  # rank 0 reports progress; the others warnings and errors
+        logging.getLogger().setLevel(logging.WARNING)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        return _fit(cfg)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        du.destroy_distributed()
+
+
+def _fit(cfg: Config) -> dict[str, Any]:
+    t, main = cfg.trainer, du.is_main_process()
+    run_dir = decide_run_dir(t.run_dir)
+    if main:
+        remember_run_dir(run_dir)
+    seed_everything(cfg.seed, t.deterministic)
+    ckpt_path = find_resume_checkpoint(t.resume, run_dir)
+    ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
+    p = setup(cfg, ckpt)
+    state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
+    writer = MetricLogger(run_dir if main else None, cfg.logging.tensorboard, state.step)
+    ckpts = Checkpointer(run_dir / "checkpoints" if main else None, t.keep_last)
+    if main:
+        info = {
+            "world_size": du.world_size(),
+            "devices": [str(d) for d in p.model_without_ddp.devices],
+        }
+        info.update(torch=torch.__version__, restart=du.restart_count(), resumed_from=ckpt_path)
+        write_run_files(run_dir, cfg, info)
+        save_splits(cfg.data, run_dir / "splits")
+    log.info(
+        "run %s: %d replica(s) on %s, global batch %d, %d steps/epoch, %d steps, precision %s%s",
+        run_dir,
+        du.world_size(),
+        [str(d) for d in p.model_without_ddp.devices],
+        p.global_batch,
+        p.steps_per_epoch,
+        p.total_steps,
+        t.precision,
+        f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
+    )
+    while state.step < p.total_steps:
+        p.sampler.set_epoch(state.epoch)
+        p.sampler.set_start(state.batch_in_epoch * t.batch_size)
+        train_one_epoch(p, state, cfg, writer, ckpts)
+        epoch_end = state.batch_in_epoch >= p.steps_per_epoch * t.accumulate
+        if epoch_end:
+            state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+        due = epoch_end and t.eval_every > 0 and state.epoch % t.eval_every == 0
+        is_best = validate(p, state, cfg, writer) if due or state.step >= p.total_steps else False
+        save_checkpoint(p, state, cfg, ckpts, is_best)
+        if t.stop_at_target and state.target is not None:
+            log.info(
+                "trainer.stop_at_target: the target is reached, stopping at step %d", state.step
+            )
+            break
+    if not state.metrics:  # resumed a finished run that was never validated
+        validate(p, state, cfg, writer)
+    writer.close()
+    return _finish(p, state, cfg, run_dir)
+
+
+def train_one_epoch(
+    p: Parts, state: TrainState, cfg: Config, writer: MetricLogger, ckpts: Checkpointer
+) -> None:
+    """Train from pass ``state.batch_in_epoch`` of ``state.epoch`` to the epoch's end or the
+    last step; logs every ``logging.log_every`` steps, saves every ``trainer.ckpt_every_steps``."""
+    t = cfg.trainer
+    passes = p.steps_per_epoch * t.accumulate
+    meter = LossMeter(p.device)
+    show = du.is_main_process() and cfg.logging.progress_bar
+    bar = tqdm(
+        total=p.steps_per_epoch,
+        initial=state.batch_in_epoch // t.accumulate,
+        desc=f"epoch {state.epoch}",
+        unit="step",
+        disable=None if show else True,
+    )
+    window = (time.perf_counter(), state.step)
+    p.model.train()
+    with logging_redirect_tqdm() if show else contextlib.nullcontext():
+        for batch in p.train_loader:
+            if state.batch_in_epoch >= passes or state.step >= p.total_steps:
+                break
+            state.batch_in_epoch += 1
+            sync = state.batch_in_epoch % t.accumulate == 0
+            meter.add(_forward_backward(p, batch, sync, t.accumulate), state.step + 1)
+            if not sync:
+                continue
+            lr = _optimizer_step(p, t.grad_clip)
+            state.step += 1
+            bar.update()
+            end = state.batch_in_epoch >= passes or state.step >= p.total_steps
+            save = t.ckpt_every_steps > 0 and state.step % t.ckpt_every_steps == 0 and not end
+            if end or save or state.step % cfg.logging.log_every == 0:
+                window = _log_train(p, state, meter, writer, bar, window, lr)  # NaN: raises
+            if save:
+                save_checkpoint(p, state, cfg, ckpts)
+            maybe_inject_fault(t, state.step)
+    bar.close()
+
+
+def _forward_backward(
+    p: Parts, batch: dict, sync: bool, accumulate: int
+) -> dict[str, torch.Tensor]:
+    images = batch["image"].to(p.device, non_blocking=True)
+    masks = batch["mask"].to(p.device, non_blocking=True)
+    # Passes before the last one of a step keep their gradients local: DDP all-reduces once.
+    no_sync = (
+        p.model.no_sync() if isinstance(p.model, DDP) and not sync else contextlib.nullcontext()
+    )
+    with no_sync:
+        with torch.autocast(p.device.type, dtype=p.amp_dtype, enabled=p.amp_dtype is not None):
+            outputs = p.model(images)
+        terms = p.criterion(outputs, masks)
+        p.scaler.scale(terms["loss"] / accumulate).backward()
+    return terms
+
+
+def _optimizer_step(p: Parts, grad_clip: float) -> float:
+    """One optimiser step (unscale, clip, step, schedule); returns the LR it used."""
+    lr = p.optimizer.param_groups[0]["lr"]
+    if grad_clip > 0:
+        p.scaler.unscale_(p.optimizer)
+        torch.nn.utils.clip_grad_norm_(p.model_without_ddp.parameters(), grad_clip)
+    p.scaler.step(p.optimizer)
+    p.scaler.update()
+    p.optimizer.zero_grad(set_to_none=True)
+    p.scheduler.step()
+    return lr
+
+
+def _log_train(
+    p: Parts,
+    state: TrainState,
+    meter: LossMeter,
+    writer: MetricLogger,
+    bar: tqdm,
+    window: tuple[float, int],
+    lr: float,
+) -> tuple[float, int]:
+    """Log the loss terms (mean since the last log, over ranks), ``lr`` and img/s."""
+    means = meter.flush()  # one collective and one host sync per log step
+    now = time.perf_counter()
+    seconds, steps = now - window[0], state.step - window[1]
+    img_s = steps * p.global_batch / max(seconds, 1e-9)
+    eta = datetime.timedelta(seconds=round((p.total_steps - state.step) * seconds / max(steps, 1)))
+    values = {f"train/{k}": v for k, v in means.items()}
+    values.update({"lr": lr, "perf/img_per_s": img_s})
+    writer.log(state.step, values)
+    bar.set_postfix(loss=f"{means['loss']:.4f}", img_s=f"{img_s:.1f}")
+    terms = " ".join(f"{k} {v:.4f}" for k, v in means.items() if k != "loss")
+    log.info(
+        "epoch %d step %d/%d loss %.4f (%s) lr %.3g %.1f img/s eta %s",
+        state.epoch,
+        state.step,
+        p.total_steps,
+        means["loss"],
+        terms,
+        values["lr"],
+        img_s,
+        eta,
+    )
+    return now, state.step
+
+
+def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> bool:
+    """Score the validation split (all ranks), record the target and the best; True if best."""
+    t = cfg.trainer
+    du.broadcast_buffers_(p.model_without_ddp)  # every rank scores rank 0's (saved) model
+    cms = evaluate(
+        p.model_without_ddp, p.val_loader, p.device, p.sources, cfg.model.num_classes, p.amp_dtype
+    )
+    state.metrics = validation_metrics(cms)
+    writer.log(state.step, scalars(state.metrics))
+    state.tick()
+    acc = state.metrics["val/pixel_acc"]
+    if state.target is None and acc >= t.target_pixel_acc:
+        passes = p.steps_per_epoch * t.accumulate
+        state.target = {
+            "epoch": round(state.epoch + state.batch_in_epoch / passes, 3),
+            "step": state.step,
+            "wall_time_s": round(state.elapsed_s, 1),
+            "images_seen": state.step * p.global_batch,
+        }
+        log.info(
+            "pixel accuracy reached the %.0f%% target: %s", 100 * t.target_pixel_acc, state.target
+        )
+    value = state.metrics[f"val/{t.best_metric}"]
+    is_best = math.isfinite(value) and (state.best is None or value > state.best)
+    if is_best:
+        state.best = value
+    log.info(
+        "validation at step %d: pixel acc %.2f%%, person IoU %.2f%%, mIoU %.2f%%",
+        state.step,
+        100 * acc,
+        100 * state.metrics["val/iou_person"],
+        100 * state.metrics["val/miou"],
+    )
+    return is_best
+
+
+def save_checkpoint(
+    p: Parts, state: TrainState, cfg: Config, ckpts: Checkpointer, is_best: bool = False
+) -> None:
+    """Every rank contributes its random states; rank 0 writes."""
+    state.tick()
+    rng = du.all_gather_object(capture_rng(p.transforms, p.cuda_devices))
+    if ckpts.directory is None:
+        return
+    ckpt = {
+        "model": p.model_without_ddp.state_dict(),
+        "optimizer": p.optimizer.state_dict(),
+        "scheduler": p.scheduler.state_dict(),
+        "scaler": p.scaler.state_dict(),
+        **state.as_dict(),
+        "rng": rng,
+        "config": config_to_dict(cfg),
+    }
+    ckpts.save(ckpt, state.step, is_best)
+
+
+def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str, Any]:
+    t = cfg.trainer
+    result = {
+        **state.metrics,
+        "step": state.step,
+        "epoch": state.epoch,
+        "run_dir": str(run_dir),
+        "world_size": du.world_size(),
+        "elapsed_s": round(state.elapsed_s, 1),
+        "best_metric": t.best_metric,
+        "best": state.best,
+        "target_pixel_acc": t.target_pixel_acc,
+        "target_reached": state.target,
+    }
+    if du.is_main_process():
+        write_json(run_dir / "metrics.json", result)
+        log.info(
+            "final validation (%s split, at %s):\n%s",
+            t.val_split,
+            "x".join(map(str, cfg.aug.eval_size)),
+            format_report(result, p.sources, t.target_pixel_acc),
+        )
+    return result

@@ -1,0 +1,76 @@
+"""Exact resume: k steps, a crash, a resume for k more equals 2k uninterrupted steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from training_utils import make_folder_subset, tiny_overrides
+
+from seg.config import compose_config
+from seg.engine.checkpoint import load_checkpoint
+from seg.engine.state import InjectedFault
+from seg.engine.train import train
+
+# Random augmentation on (flip, shift, scale, rotate), so the pipelines' random states matter;
+# 4 steps of 3 per epoch: the crash at step 2 is mid-epoch, the resumed run crosses an epoch.
+COMMON = [
+    "aug=default",
+    "trainer.epochs=2",
+    "trainer.max_steps=4",
+    "trainer.ckpt_every_steps=2",
+    "trainer.eval_every=1",
+    "optim.warmup_steps=1",
+]
+
+
+def _history(run: Path) -> list[dict]:
+    """metrics.jsonl without the timing entries (which differ between runs)."""
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if k != "perf/img_per_s"} for x in lines]
+
+
+@pytest.fixture
+def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+    return make_folder_subset(shared_datasets, tmp_path / "data")
+
+
+def test_resume_gives_identical_parameters_and_logs(data_root: Path, tmp_path: Path) -> None:
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    train(compose_config([*tiny_overrides(data_root, straight), *COMMON]))
+
+    crash = ["trainer.fault_at_step=2", "trainer.fault_kind=exception"]
+    with pytest.raises(InjectedFault):
+        train(compose_config([*tiny_overrides(data_root, broken), *COMMON, *crash]))
+    saved = load_checkpoint(broken / "checkpoints" / "last.pt")
+    assert (saved["epoch"], saved["step"], saved["batch_in_epoch"]) == (0, 2, 2)
+    resumed = train(
+        compose_config([*tiny_overrides(data_root, broken), *COMMON, "trainer.resume=auto"])
+    )
+
+    a = load_checkpoint(straight / "checkpoints" / "last.pt")
+    b = load_checkpoint(broken / "checkpoints" / "last.pt")
+    assert a["step"] == b["step"] == resumed["step"] == 4
+    for key, value in a["model"].items():  # weights and BatchNorm statistics, bit for bit
+        assert torch.equal(value, b["model"][key]), key
+    for key in ("scheduler", "epoch", "batch_in_epoch", "metrics", "best"):
+        assert a[key] == b[key], key
+    assert _history(straight) == _history(broken)  # the interrupted run's log is continuous
+    steps = [r["step"] for r in _history(broken) if "train/loss" in r]
+    assert steps == [1, 2, 3, 4]
+
+
+def test_resume_from_a_run_directory_continues_a_finished_run(
+    data_root: Path, tmp_path: Path
+) -> None:
+    first = tmp_path / "first"
+    train(compose_config([*tiny_overrides(data_root, first), *COMMON]))
+    # A longer schedule resumed from the finished run: it goes on from step 4, in a new dir.
+    longer = [*COMMON, "trainer.max_steps=5", f"trainer.resume={first}"]
+    result = train(compose_config([*tiny_overrides(data_root, tmp_path / "second"), *longer]))
+    assert result["step"] == 5
+    steps = [r["step"] for r in _history(tmp_path / "second") if "train/loss" in r]
+    assert steps == [5]

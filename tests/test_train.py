@@ -1,0 +1,231 @@
+"""The training engine in one process: a 2-step run on real files, configs, losses, schedules,
+mixed precision, the NaN guard and checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+from training_utils import REPO, VAL_IDS, make_folder_subset, tiny_overrides
+
+from seg.config import compose_config, register_configs
+from seg.data import build_eval_datasets
+from seg.data.transforms import build_eval_transform
+from seg.engine.checkpoint import CheckpointError, load_checkpoint, load_model_from_checkpoint
+from seg.engine.data import ResumableSampler, shard
+from seg.engine.logger import NonFiniteLossError
+from seg.engine.losses import SegLoss, build_loss
+from seg.engine.optim import WarmupSchedule, autocast_dtype, build_optimizer, build_scheduler
+from seg.engine.train import train
+from seg.models import build_model, num_columns
+
+CONFIGS = REPO / "configs"
+EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "exp").glob("*.yaml"))
+
+
+@pytest.fixture
+def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)  # data.root must be the one used
+    return make_folder_subset(shared_datasets, tmp_path / "data")
+
+
+def compose_train(overrides: list[str]):
+    """configs/train.yaml as @hydra.main sees it (a DictConfig)."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+# --- The whole path ----------------------------------------------------------------------
+
+
+def test_two_steps_on_real_files(data_root: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    result = train(compose_train([*tiny_overrides(data_root, run), "trainer.max_steps=2"]))
+    assert result["step"] == 2 and result["world_size"] == 1
+    assert 0 <= result["val/pixel_acc"] <= 1 and "val/folder/iou_person" in result
+    # Every labelled validation pixel counted exactly once (padding ignored).
+    cfg = compose_config(tiny_overrides(data_root))
+    val = build_eval_datasets(cfg.data, "val", build_eval_transform(cfg.aug))["folder"]
+    labelled = sum(int((val[i]["mask"] != 255).sum()) for i in range(len(val)))
+    assert len(val) == len(VAL_IDS) and sum(map(sum, result["confusion/all"])) == labelled
+    for name in ("config.yaml", "run_info.json", "metrics.json", "metrics.jsonl"):
+        assert (run / name).is_file(), name
+    assert (run / "splits" / "folder_val.txt").read_text().split() == [f"val/{i}" for i in VAL_IDS]
+    info = json.loads((run / "run_info.json").read_text())
+    assert info["git"]["commit"] is None or len(info["git"]["commit"]) == 40
+    assert OmegaConf.load(run / "config.yaml").trainer.max_steps == 2
+    ckpts = {p.name for p in (run / "checkpoints").iterdir()}
+    assert {"last.pt", "best.pt", "step_00000002.pt"} <= ckpts
+    model, saved = load_model_from_checkpoint(run / "checkpoints" / "last.pt")
+    assert saved.trainer.max_steps == 2 and not model.training
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "train/loss" in r] == [1, 2]
+    assert all(math.isfinite(r["train/loss"]) for r in logged if "train/loss" in r)
+
+
+def test_bf16_autocast_step_on_cpu(data_root: Path, tmp_path: Path) -> None:
+    cfg = [*tiny_overrides(data_root, tmp_path / "run"), "trainer.max_steps=1"]
+    result = train(compose_train([*cfg, "trainer.precision=bf16", "trainer.grad_clip=1.0"]))
+    assert result["step"] == 1 and 0 <= result["val/pixel_acc"] <= 1
+
+
+def test_fp16_needs_cuda() -> None:
+    with pytest.raises(ValueError, match=r"precision=16 .*needs a CUDA device"):
+        autocast_dtype("16", torch.device("cpu"))
+    assert autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = {"n": 0}
+    forward = SegLoss.forward
+
+    def poisoned(self, outputs, target):  # the 3rd forward pass (step 3) has a NaN loss
+        terms = forward(self, outputs, target)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            terms = {**terms, "ce": terms["ce"] * float("nan")}
+            terms["loss"] = terms["ce"] + terms["aux"]
+        return terms
+
+    monkeypatch.setattr(SegLoss, "forward", poisoned)
+    run = tmp_path / "run"
+    cfg = [*tiny_overrides(data_root, run), "trainer.max_steps=6", "trainer.ckpt_every_steps=2"]
+    with pytest.raises(NonFiniteLossError, match=r"at step 3 .*'ce': nan"):
+        train(compose_train([*cfg, "logging.log_every=5"]))
+    last = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert last["step"] == 2
+    assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
+
+
+# --- Configs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exp", EXPERIMENTS)
+def test_every_experiment_composes_and_builds_for_training(exp: str) -> None:
+    cfg = compose_config([f"+exp={exp}"])
+    cfg.model.devices = ["cpu"] * num_columns(cfg.model)
+    model = build_model(cfg.model).train()
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, total_steps=10)
+    criterion = build_loss(cfg.loss, cfg.model.num_classes, cfg.model.aux_weight)
+    terms = criterion(model(torch.randn(2, 3, 64, 64)), torch.randint(0, 2, (2, 64, 64)))
+    terms["loss"].backward()
+    optimizer.step()
+    scheduler.step()
+    assert math.isfinite(terms["loss"].item())
+
+
+@pytest.mark.parametrize(
+    "group", ["optim=adamw", "loss=ce_dice", "loss=ohem", "debug=default", "debug=fdr"]
+)
+def test_config_groups_compose(group: str) -> None:
+    assert compose_config(["+exp=dual_channel", group]).trainer.epochs >= 1
+
+
+@pytest.mark.parametrize(
+    ("override", "names"),
+    [
+        ("trainer.precision=8", "trainer.precision"),
+        ("trainer.devices=0", "trainer.devices"),
+        ("optim.lr=-1", "optim.lr"),
+        ("loss.ohem_thresh=2", "loss.ohem_thresh"),
+        ("logging.log_every=0", "logging.log_every"),
+    ],
+)
+def test_bad_values_fail_at_start_and_name_the_key(override: str, names: str) -> None:
+    with pytest.raises(ValueError, match=names):
+        train(compose_train([override]))  # fails before anything is built or read
+
+
+@pytest.mark.parametrize("override", ["trainer.epocs=3", "optim.name=lamb", "trainer.resume=[1]"])
+def test_typos_and_wrong_types_fail_when_composing(override: str) -> None:
+    with pytest.raises(ConfigCompositionException):
+        compose_config([override])
+
+
+# --- Pieces --------------------------------------------------------------------------------
+
+
+def test_warmup_then_poly_and_cosine() -> None:
+    poly = WarmupSchedule(110, "poly", warmup_steps=10, warmup_factor=0.1, power=1.0)
+    assert poly(0) == pytest.approx(0.1) and poly(5) == pytest.approx(0.55)
+    assert poly(10) == pytest.approx(1.0) and poly(60) == pytest.approx(0.5)
+    assert poly(110) == pytest.approx(0.0)
+    cosine = WarmupSchedule(100, "cosine", min_lr_ratio=0.1)
+    assert cosine(0) == pytest.approx(1.0) and cosine(50) == pytest.approx(0.55)
+    assert cosine(100) == pytest.approx(0.1)
+
+
+def test_loss_ignores_padding_and_weighs_terms() -> None:
+    logits = torch.randn(2, 2, 8, 8)
+    target = torch.randint(0, 2, (2, 8, 8))
+    padded = target.clone()
+    padded[:, :, 4:] = 255
+    loss = SegLoss(2, aux_weight=0.5, dice_weight=1.0)
+    plain = torch.nn.functional.cross_entropy(logits[..., :4], target[..., :4])
+    terms = loss({"out": logits, "aux": [logits]}, padded)
+    assert terms["ce"].item() == pytest.approx(plain.item(), rel=1e-5)
+    assert terms["aux"].item() == pytest.approx(0.5 * plain.item(), rel=1e-5)
+    assert terms["loss"].item() == pytest.approx(
+        sum(terms[k].item() for k in ("ce", "aux", "dice"))
+    )
+    ignored = loss({"out": logits, "aux": []}, torch.full_like(target, 255))
+    assert ignored["ce"].item() == 0.0  # not NaN
+    perfect = torch.stack([1 - target, target], 1).float() * 50
+    assert loss.dice(perfect, target).item() == pytest.approx(0.0, abs=1e-3)
+
+
+def test_ohem_keeps_the_hardest_pixels() -> None:
+    target = torch.zeros(1, 4, 4, dtype=torch.long)
+    logits = torch.zeros(1, 2, 4, 4)
+    logits[0, 0] = torch.arange(16.0).reshape(4, 4)  # confidence in the true class rises
+    ohem = SegLoss(2, ohem=True, ohem_thresh=0.0001, ohem_min_kept=3)
+    kept = ohem._hard_pixels(logits, target, torch.ones_like(target, dtype=torch.bool))
+    assert kept.sum() == 3 and kept[0, 0, :3].all()
+    assert ohem.cross_entropy(logits, target) > SegLoss(2).cross_entropy(logits, target)
+
+
+@pytest.mark.parametrize(("size", "world"), [(3, 2), (10, 3), (2, 4), (0, 2)])
+def test_validation_shards_cover_every_sample_once(size: int, world: int) -> None:
+    parts = [list(shard(size, r, world)) for r in range(world)]
+    assert sorted(i for p in parts for i in p) == list(range(size))
+
+
+def test_sampler_order_depends_on_seed_and_epoch_only_and_resumes() -> None:
+    data = list(range(10))
+    a, b = ResumableSampler(data, 1, 0, seed=3), ResumableSampler(data, 1, 0, seed=3)
+    a.set_epoch(1)
+    b.set_epoch(1)
+    b.set_start(4)
+    assert list(b) == list(a)[4:] and len(b) == 6
+    ranks = [ResumableSampler(data, 2, r, seed=3) for r in range(2)]
+    for s in ranks:
+        s.set_epoch(1)
+    assert sorted(list(ranks[0]) + list(ranks[1])) == sorted(a)
+    a.set_epoch(2)
+    assert list(a) != list(b)
+
+
+def test_damaged_checkpoint_names_the_file(data_root: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(compose_train([*tiny_overrides(data_root, run), "trainer.max_steps=1"]))
+    last = run / "checkpoints" / "last.pt"
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(last.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match=r"broken\.pt"):
+        load_model_from_checkpoint(broken)
+    with pytest.raises(CheckpointError, match=r"trainer\.resume=.*missing\.pt"):
+        train(
+            compose_train(
+                [*tiny_overrides(data_root, run), f"trainer.resume={tmp_path}/missing.pt"]
+            )
+        )

@@ -1,0 +1,71 @@
+"""Helpers of the training tests: a few real pairs as a ``data=folder`` dataset, tiny overrides,
+and a subprocess environment for multi-process runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_IDS = ("1", "2", "3", "10", "11", "12")  # 3 steps/epoch at batch 2 (or 2 ranks x 1)
+VAL_IDS = ("20", "21", "22")  # odd: two ranks get 2 + 1 samples, no padding allowed
+
+
+def make_folder_subset(shared: Path, dst: Path) -> Path:
+    """Copy real vikram_human_seg pairs into ``dst/{images,masks}/{train,val}`` (mmseg layout)."""
+    src = shared / "vikram_human_seg"
+    for split, ids in (("train", TRAIN_IDS), ("val", VAL_IDS)):
+        (dst / "images" / split).mkdir(parents=True, exist_ok=True)
+        (dst / "masks" / split).mkdir(parents=True, exist_ok=True)
+        for i in ids:
+            shutil.copy(src / "Training_Images" / f"{i}.jpg", dst / "images" / split)
+            shutil.copy(src / "Ground_Truth" / f"{i}.png", dst / "masks" / split)
+    return dst
+
+
+def tiny_overrides(data_root: Path, run_dir: Path | None = None) -> list[str]:
+    """The single-column net on 64x64 crops of the folder subset, on the CPU, in-process loading."""
+    out = [
+        "+exp=single_column",
+        "data=folder",
+        f"data.root={data_root}",
+        "debug=default",
+        "model.devices=[cpu]",
+        "logging.tensorboard=false",
+        "logging.progress_bar=false",
+        "trainer.deterministic=true",
+    ]
+    return out + ([f"trainer.run_dir={run_dir}"] if run_dir else [])
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment of spawned training processes: one thread each, no data-dir override,
+    nothing of an enclosing launcher."""
+    launcher = (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    )
+    drop = ("SEG_DATA_DIR", *launcher)
+    env = {k: v for k, v in os.environ.items() if k not in drop and "TORCHELASTIC" not in k}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def torchrun() -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def parameters(path: Path) -> dict[str, torch.Tensor]:
+    """The trainable parameters (not the BatchNorm buffers) stored in a checkpoint."""
+    from seg.engine.checkpoint import load_model_from_checkpoint
+
+    model, _ = load_model_from_checkpoint(path)
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
