@@ -1,0 +1,54 @@
+"""Export a trained model to ONNX (dynamic batch, height and width) and check it in ONNX Runtime.
+
+    python scripts/export.py checkpoint=runs/x/checkpoints/best.pt out=model.onnx
+    python scripts/export.py checkpoint=best.pt out=model.onnx images=photos/ opset=18
+    python scripts/export.py checkpoint=best.pt out=model.onnx verify=false
+
+Options are Hydra-style key=value overrides of ``seg.export.ExportConfig``: checkpoint
+(required), out, opset (default: the exporter's), verify (default true), images (an image or a
+folder to verify on; default: seeded random images), max_images, sizes (verification (H, W)
+pairs), batch_sizes, tolerance (max |logit difference|, default 1e-3), min_agreement (mask
+pixels, default 0.999). The graph: input ``image`` float32 (batch, 3, height, width), normalised
+as in training (mean/std in the file's ``seg.*`` metadata), output ``logits`` (batch, K, height,
+width); any height and width work. Prints the verification figures as JSON; exits 1 when they
+miss the tolerances, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from seg.engine.checkpoint import CheckpointError, load_model_from_checkpoint
+from seg.export import ExportConfig, ExportMismatchError, run_export
+from seg.inference.config import compose_options
+
+log = logging.getLogger("export")
+USER_ERRORS = (HydraException, OmegaConfBaseException, CheckpointError, OSError, ValueError)
+
+
+def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = compose_options(ExportConfig, "export_config", argv)
+        model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
+        result = run_export(cfg, model, train_cfg)
+    except USER_ERRORS as err:
+        log.error("%s", err)
+        return 2
+    except ExportMismatchError as err:
+        log.error("%s", err)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,68 @@
+"""Person masks, overlays, cut-outs and background blur/replacement for images and videos.
+
+    python scripts/predict.py checkpoint=runs/x/checkpoints/best.pt input=photo.jpg
+    python scripts/predict.py checkpoint=best.pt input=photos/ out=preds outputs=[mask,cutout]
+    python scripts/predict.py checkpoint=best.pt input=clip.mp4 outputs=[blur] batch_size=16
+    python scripts/predict.py checkpoint=best.pt input=me.jpg outputs=[replace] \
+        background=beach.jpg alpha=soft tta=flip device=cuda:1
+
+Options are Hydra-style key=value overrides of ``seg.inference.config.PredictConfig`` (an
+unknown key or a bad value fails at start, naming it):
+  checkpoint  a checkpoint written by training (required)
+  input       an image, a folder (its images and videos, not recursive) or a video (required)
+  out         output folder (default outputs/predict); files are <name>_<kind>.<ext>
+  outputs     any of [mask, overlay, cutout, blur, replace] (default [mask, overlay]):
+              <name>_mask.png (0/255), _overlay.jpg, _cutout.png (RGBA), _blur.jpg, _bg.jpg;
+              a video gives one <name>_<kind>.mp4 per kind (mp4v; no cutout: mp4 has no alpha)
+  alpha       hard (the mask) or soft (person probability) for cutout, blur and replace
+  background  replace: an image file or a colour (green, white, '#RRGGBB', 'R,G,B')
+  device      auto (cuda, else mps, else cpu) | cpu | cuda[:N] | mps; column_devices=[cuda:0,
+              cuda:1] splits a multi-column model over GPUs
+  batch_size, tta (none | flip),
+  blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error | skip),
+  progress
+Prediction runs at each image's own resolution (see seg/inference/predictor.py). Outputs are
+written to temporary files and renamed when complete. Exits 2 on bad input, naming the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from seg.engine.checkpoint import CheckpointError, load_model_from_checkpoint
+from seg.inference import compose_predict_config, run_predict
+
+log = logging.getLogger("predict")
+USER_ERRORS = (HydraException, OmegaConfBaseException, CheckpointError, OSError, ValueError)
+
+
+def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = compose_predict_config(argv)
+        model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
+        summary = run_predict(cfg, model, train_cfg)
+    except USER_ERRORS as err:
+        log.error("%s", err)
+        return 2
+    log.info(
+        "%d image(s), %d video frame(s) on %s -> %d file(s) in %s%s",
+        summary["images"],
+        summary["frames"],
+        summary["device"],
+        len(summary["written"]),
+        cfg.out,
+        f"; skipped {summary['skipped']}" if summary["skipped"] else "",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

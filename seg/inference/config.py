@@ -1,0 +1,114 @@
+"""Typed options of ``scripts/predict.py`` (a Hydra structured config, checked when composed).
+
+Kept free of torch imports so that composing it stays fast. A typo (``outptus=...``) or a bad
+enum value (``outputs=[masks]``) fails in ``compose_predict_config`` with Hydra's message that
+names the key and, for enums, the valid choices; ``check_predict_config`` checks the ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TypeVar
+
+from omegaconf import MISSING
+
+from seg.config import BadSamplePolicy
+
+T = TypeVar("T")
+
+
+class OutputKind(str, Enum):
+    mask = "mask"  # <name>_mask.png: 0 background, 255 person
+    overlay = "overlay"  # <name>_overlay.jpg: person tinted, outlined
+    cutout = "cutout"  # <name>_cutout.png: RGBA, alpha = person (images only: mp4 has no alpha)
+    blur = "blur"  # <name>_blur.jpg: background Gaussian-blurred
+    replace = "replace"  # <name>_bg.jpg: background replaced by `background`
+
+
+class AlphaMode(str, Enum):
+    hard = "hard"  # alpha = mask (0 or 1): person pixels are copied unchanged
+    soft = "soft"  # alpha = person probability: smooth edges, semi-transparent where unsure
+
+
+class TTA(str, Enum):
+    none = "none"
+    flip = "flip"  # average the logits of the image and of its horizontal mirror
+
+
+@dataclass
+class PredictConfig:
+    checkpoint: str = MISSING  # a checkpoint written by the training engine
+    input: str = MISSING  # an image, a folder (its images and videos) or a video
+    out: str = "outputs/predict"  # folder for <name>_<kind>.<ext>
+    outputs: list[OutputKind] = field(default_factory=lambda: [OutputKind.mask, OutputKind.overlay])
+    batch_size: int = 8
+    device: str = "auto"  # cuda if available, else mps, else cpu; or cpu | cuda | cuda:N | mps
+    # One device per column ([cuda:0,cuda:1]) to split a multi-column model over GPUs as in
+    # training; empty: the whole model on `device`.
+    column_devices: list[str] = field(default_factory=list)
+    tta: TTA = TTA.none
+    alpha: AlphaMode = AlphaMode.hard  # of cutout, blur and replace
+    # replace: an image file (resized to cover each image, centre-cropped) or a colour:
+    # a name (green, white, ...), "#RRGGBB" or "R,G,B".
+    background: str = "green"
+    blur_sigma: float = 0.02  # Gaussian sigma of the blurred background, fraction of the long side
+    overlay_colour: list[int] = field(default_factory=lambda: [0, 255, 0])  # RGB
+    overlay_opacity: float = 0.45
+    jpeg_quality: int = 95
+    on_bad_input: BadSamplePolicy = BadSamplePolicy.error  # skip: log an unreadable image, go on
+    progress: bool = True
+
+
+def check_predict_config(cfg: PredictConfig) -> None:
+    """Range checks Hydra's types cannot express; the message names the key and the value."""
+    checks = [
+        (len(cfg.outputs) > 0, "outputs", cfg.outputs, "at least one of " + _names(OutputKind)),
+        (cfg.batch_size >= 1, "batch_size", cfg.batch_size, "an integer >= 1"),
+        (0 < cfg.blur_sigma <= 1, "blur_sigma", cfg.blur_sigma, "a number in (0, 1]"),
+        (0 <= cfg.overlay_opacity <= 1, "overlay_opacity", cfg.overlay_opacity, "in [0, 1]"),
+        (1 <= cfg.jpeg_quality <= 100, "jpeg_quality", cfg.jpeg_quality, "an integer in 1..100"),
+        (
+            len(cfg.overlay_colour) == 3 and all(0 <= int(c) <= 255 for c in cfg.overlay_colour),
+            "overlay_colour",
+            cfg.overlay_colour,
+            "3 integers in 0..255 (R, G, B)",
+        ),
+        (len(set(cfg.outputs)) == len(cfg.outputs), "outputs", cfg.outputs, "no repeats"),
+    ]
+    for ok, key, value, expected in checks:
+        if not ok:
+            raise ValueError(f"{key}={value!r} is invalid: expected {expected}")
+
+
+def _names(enum: type[Enum]) -> str:
+    return "[" + ", ".join(m.value for m in enum) + "]"
+
+
+def compose_options(schema: type[T], name: str, overrides: list[str]) -> T:
+    """Hydra-style ``key=value`` overrides on the dataclass ``schema`` -> a typed instance.
+
+    For scripts whose options are not the training config (predict, export). Raises Hydra's
+    errors naming unknown keys, bad types and missing mandatory values (``???``).
+    """
+    from hydra import compose, initialize
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import ConfigCompositionException
+    from omegaconf import OmegaConf
+
+    ConfigStore.instance().store(name=name, node=schema)
+    with initialize(version_base="1.3", config_path=None):
+        try:
+            raw = compose(config_name=name, overrides=list(overrides))
+        except ConfigCompositionException as err:
+            # Hydra's own message ("Error merging override ...") hides the reason in its cause.
+            reason = str(err.__cause__).splitlines()[0] if err.__cause__ else ""
+            raise ConfigCompositionException(f"{err} ({reason})" if reason else str(err)) from err
+    return OmegaConf.to_object(raw)  # type: ignore[return-value]
+
+
+def compose_predict_config(overrides: list[str]) -> PredictConfig:
+    """``scripts/predict.py``'s overrides -> a checked ``PredictConfig``."""
+    cfg = compose_options(PredictConfig, "predict_config", overrides)
+    check_predict_config(cfg)
+    return cfg

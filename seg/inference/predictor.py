@@ -1,0 +1,148 @@
+"""Batched prediction at each image's own resolution, on an automatically chosen device.
+
+The images go through the evaluation preset (fit into ``aug.eval_size``, pad bottom/right), so
+images of any sizes share one batch. Each image's logits are cropped back to its content
+(``eval_content_size``), resized bilinearly to its original H x W, and only then turned into a
+mask (argmax) and a person probability (softmax): resizing logits rather than masks gives
+smooth, sub-pixel contours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seg.config import Config
+from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
+from seg.models.devices import resolve_devices
+
+PERSON = 1  # class index of "person" in the logits (0 is background)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One image's result at its original size."""
+
+    mask: np.ndarray  # bool (H, W): person where the person logit is the largest
+    prob: np.ndarray  # float32 (H, W) in [0, 1]: softmax probability of person
+
+
+def auto_device() -> torch.device:
+    """cuda if a GPU is visible, else mps (Apple) if available, else cpu."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def inference_devices(
+    device: str, n_columns: int, column_devices: Sequence[str] = ()
+) -> list[torch.device]:
+    """One device per model column: all on ``device``, or ``column_devices`` when given.
+
+    ``device``: ``auto`` (:func:`auto_device`), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+    ``column_devices`` (e.g. ``["cuda:0", "cuda:1"]``) splits a multi-column model over GPUs
+    as in training. Errors name the device and what is available.
+    """
+    names = [str(d) for d in column_devices]
+    if not names:
+        if device == "auto":
+            return [auto_device()] * n_columns
+        names = [device] * n_columns
+    if any(n.startswith("cuda") for n in names) and not torch.cuda.is_available():
+        raise ValueError(f"device {names} requested but no CUDA device is visible; use auto")
+    # resolve_devices checks the count and that each device exists, naming it in its errors.
+    return resolve_devices(names, n_columns)
+
+
+def restore_logits(logits: Tensor, image_hw: Sequence[int], eval_size: Sequence[int]) -> Tensor:
+    """Undo the eval preset: (K, eval_h, eval_w) logits -> (K, H, W) at the image's size.
+
+    Crops the padding (bottom/right) off, then resizes bilinearly to ``image_hw``.
+    """
+    h, w = eval_content_size(image_hw, eval_size)
+    content = logits[None, :, :h, :w]
+    if (h, w) == tuple(image_hw):
+        return content[0]
+    return F.interpolate(content, size=tuple(image_hw), mode="bilinear", align_corners=False)[0]
+
+
+class Predictor:
+    """``predictor(images) -> list[Prediction]`` for uint8 (H, W, 3) RGB images of any sizes.
+
+    ``model`` must already sit on its devices (``model.devices[0]`` receives the batch) and
+    return ``{"out": (B, K, H, W)}`` with K >= 2, class 1 = person. ``transform`` is the eval
+    preset for ``eval_size`` (H, W). ``tta=True`` averages the logits with those of the
+    horizontally mirrored batch (twice the compute).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        transform: Callable[..., dict],
+        eval_size: tuple[int, int],
+        tta: bool = False,
+    ) -> None:
+        self.model = model.eval()
+        self.transform = transform
+        self.eval_size = eval_size
+        self.tta = tta
+        self.device = getattr(model, "devices", [torch.device("cpu")])[0]
+
+    def logits(self, batch: Tensor) -> Tensor:
+        """Normalised (B, 3, eval_h, eval_w) -> float32 logits (B, K, eval_h, eval_w)."""
+        batch = batch.to(self.device, non_blocking=True)
+        out = self.model(batch)["out"].float()
+        if out.shape[1] < 2:
+            raise ValueError(
+                f"the model has {out.shape[1]} output channel(s); prediction needs >= 2 "
+                "classes (0 background, 1 person)"
+            )
+        if self.tta:
+            out = (out + self.model(batch.flip(-1))["out"].float().flip(-1)) / 2
+        return out
+
+    @torch.inference_mode()
+    def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
+        if not images:
+            return []
+        batch = torch.stack([self.transform(image=image)["image"] for image in images])
+        logits = self.logits(batch)
+        results = []
+        for image, item in zip(images, logits, strict=True):
+            full = restore_logits(item, image.shape[:2], self.eval_size)
+            prob = full.softmax(dim=0)[PERSON]
+            mask = full.argmax(dim=0) == PERSON
+            results.append(Prediction(mask=mask.cpu().numpy(), prob=prob.cpu().numpy()))
+        return results
+
+
+def build_predictor(
+    model: nn.Module,
+    cfg: Config,
+    device: str = "auto",
+    tta: bool = False,
+    column_devices: Sequence[str] = (),
+) -> Predictor:
+    """Place ``model`` on ``device`` (see :func:`inference_devices`), with ``cfg``'s eval preset.
+
+    ``cfg`` is the training config the model was trained with (a checkpoint carries it): its
+    ``aug.eval_size``, mean and std define the input the model expects.
+    """
+    n_columns = getattr(model, "num_columns", 1)
+    devices = inference_devices(device, n_columns, column_devices)
+    place = getattr(model, "place", None)
+    if place is not None:
+        model = place(devices)
+    else:  # a plain nn.Module: one device
+        model = model.to(devices[0])
+        model.devices = devices[:1]
+    eval_size = check_aug_config(cfg.aug).eval_size
+    return Predictor(model, build_eval_transform(cfg.aug), eval_size, tta=tta)

@@ -1,0 +1,181 @@
+"""Prediction over images, folders and videos: read in batches, predict, render, write.
+
+``run_predict(cfg, model, train_cfg)`` is what ``scripts/predict.py`` calls; the pieces
+(``predict_images``, ``predict_video``) take a ready :class:`Predictor` and typed options.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+from tqdm import tqdm
+
+from seg.config import BadSamplePolicy, Config
+from seg.data.io import BadSampleError, read_image
+from seg.inference.config import TTA, OutputKind, PredictConfig, check_predict_config
+from seg.inference.media import VideoWriter, find_inputs, frame_batches, open_video, write_image
+from seg.inference.predictor import Predictor, build_predictor
+from seg.inference.render import SUFFIXES, Background, RenderOptions, render
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OutputSpec:
+    """Which outputs to write, where, and how to render them."""
+
+    out_dir: Path
+    kinds: list[OutputKind]
+    options: RenderOptions
+    jpeg_quality: int = 95
+
+    def path(self, stem: str, kind: OutputKind, video: bool = False) -> Path:
+        suffix, ext = SUFFIXES[kind]
+        return self.out_dir / f"{stem}_{suffix}{'.mp4' if video else ext}"
+
+
+def _read_batches(
+    paths: list[Path], batch_size: int, policy: BadSamplePolicy, skipped: list[str]
+) -> Iterator[tuple[list[Path], list[np.ndarray]]]:
+    """(paths, RGB images) in batches; unreadable files raise, or are logged and skipped."""
+    batch: tuple[list[Path], list[np.ndarray]] = ([], [])
+    for path in paths:
+        try:
+            image = read_image(path)
+        except BadSampleError as err:
+            if policy is not BadSamplePolicy.skip:
+                raise
+            log.warning("skipped %s", err)
+            skipped.append(str(path))
+            continue
+        batch[0].append(path)
+        batch[1].append(image)
+        if len(batch[0]) == batch_size:
+            yield batch
+            batch = ([], [])
+    if batch[0]:
+        yield batch
+
+
+def predict_images(
+    predictor: Predictor,
+    paths: list[Path],
+    spec: OutputSpec,
+    batch_size: int = 8,
+    on_bad_input: BadSamplePolicy = BadSamplePolicy.error,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Predict ``paths`` in batches and write ``<stem>_<kind>.<ext>`` for every kind in ``spec``.
+
+    Returns ``{"images": n, "written": [paths], "skipped": [unreadable files]}``. An unreadable
+    image raises ``BadSampleError`` naming it (``on_bad_input=skip``: logged and counted).
+    """
+    written: list[str] = []
+    skipped: list[str] = []
+    done = 0
+    with tqdm(total=len(paths), unit="img", desc="images", disable=not progress) as bar:
+        for batch_paths, images in _read_batches(paths, batch_size, on_bad_input, skipped):
+            for path, image, pred in zip(batch_paths, images, predictor(images), strict=True):
+                for kind in spec.kinds:
+                    out = render(kind, image, pred, spec.options)
+                    written.append(
+                        str(write_image(spec.path(path.stem, kind), out, spec.jpeg_quality))
+                    )
+            done += len(images)
+            bar.update(len(batch_paths))
+        bar.update(len(paths) - bar.n)  # skipped files
+    return {"images": done, "written": written, "skipped": skipped}
+
+
+def check_video_outputs(path: Path, kinds: list[OutputKind]) -> None:
+    """Videos are mp4: there is no alpha channel for a cut-out."""
+    if OutputKind.cutout in kinds:
+        raise ValueError(
+            f"{path}: outputs=[cutout] needs an alpha channel, which mp4 videos lack; use "
+            "replace (with background=COLOUR) or mask for videos"
+        )
+
+
+def predict_video(
+    predictor: Predictor,
+    path: Path,
+    spec: OutputSpec,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Predict a video frame by frame in batches; one mp4v video ``<stem>_<kind>.mp4`` per kind.
+
+    The outputs appear only once complete. Returns ``{"frames": n, "written": [paths]}``.
+    """
+    check_video_outputs(path, spec.kinds)
+    capture, info = open_video(path)
+    writers: list[tuple[OutputKind, VideoWriter]] = []
+    frames = 0
+    try:
+        with tqdm(
+            total=info.frames or None, unit="frame", desc=path.name, disable=not progress
+        ) as bar:
+            for images in frame_batches(capture, batch_size):
+                if not writers:  # sized by the decoded frames, not the header (rotation)
+                    size = images[0].shape[:2]
+                    for kind in spec.kinds:
+                        target = spec.path(path.stem, kind, video=True)
+                        writers.append((kind, VideoWriter(target, info.fps, size)))
+                for image, pred in zip(images, predictor(images), strict=True):
+                    for kind, writer in writers:
+                        writer.write(render(kind, image, pred, spec.options))
+                frames += len(images)
+                bar.update(len(images))
+        if frames == 0:
+            raise ValueError(f"{path}: no frame could be decoded")
+        written = [str(writer.commit()) for _, writer in writers]
+    except BaseException:
+        for _, writer in writers:
+            writer.abort()
+        raise
+    finally:
+        capture.release()
+    return {"frames": frames, "written": written}
+
+
+def build_output_spec(cfg: PredictConfig) -> OutputSpec:
+    """The output half of ``cfg``: kinds, folder and render options."""
+    options = RenderOptions(
+        alpha=cfg.alpha,
+        background=Background(cfg.background) if OutputKind.replace in cfg.outputs else None,
+        blur_sigma=cfg.blur_sigma,
+        overlay_colour=tuple(int(c) for c in cfg.overlay_colour),  # type: ignore[arg-type]
+        overlay_opacity=cfg.overlay_opacity,
+    )
+    return OutputSpec(Path(cfg.out), list(cfg.outputs), options, cfg.jpeg_quality)
+
+
+def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict[str, Any]:
+    """Predict ``cfg.input`` (image, folder or video) with ``model`` and write ``cfg.outputs``.
+
+    ``train_cfg`` is the config the model was trained with (its eval size, mean and std).
+    Returns ``{"images", "frames", "written", "skipped", "device"}``.
+    """
+    check_predict_config(cfg)
+    inputs = find_inputs(Path(cfg.input))
+    spec = build_output_spec(cfg)
+    for video in inputs.videos:  # fail before any work is done
+        check_video_outputs(video, spec.kinds)
+    tta = cfg.tta is TTA.flip
+    predictor = build_predictor(model, train_cfg, cfg.device, tta, cfg.column_devices)
+    log.info("predicting on %s (tta=%s)", predictor.device, cfg.tta.value)
+    summary = predict_images(
+        predictor, inputs.images, spec, cfg.batch_size, cfg.on_bad_input, cfg.progress
+    )
+    summary.update(frames=0, device=str(predictor.device))
+    for video in inputs.videos:
+        result = predict_video(predictor, video, spec, cfg.batch_size, cfg.progress)
+        summary["frames"] += result["frames"]
+        summary["written"] += result["written"]
+    return summary

@@ -1,0 +1,177 @@
+"""ONNX export: dynamic batch/height/width, ONNX Runtime vs PyTorch on real images."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from seg.config import Config, compose_config
+from seg.data.io import read_image
+from seg.data.transforms import build_eval_transform
+from seg.models import build_model, num_columns
+
+pytest.importorskip("onnxruntime", reason="export checks need onnxruntime")
+pytest.importorskip("onnxscript", reason="torch's dynamo ONNX exporter needs onnxscript")
+
+from seg.export import (
+    ExportConfig,
+    compare_with_onnx,
+    export_onnx,
+    image_batches,
+    onnx_session,
+    run_export,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+PHOTOS = (
+    "vikram_human_seg/Training_Images/1.jpg",
+    "vikram_human_seg/Training_Images/3.jpg",
+    "vikram_human_seg/Training_Images/56.jpg",  # grayscale
+    "eg_portrait/data/images_data_crop/00001.jpg",
+)
+# The eval size (a multiple of dual_channel's size divisor 64) and an odd, larger one.
+SIZES = [[256, 192], [321, 241]]
+BATCH_SIZES = [1, 3]
+TOLERANCE, MIN_AGREEMENT = 1e-3, 0.999  # fp32 on CPU
+
+
+def model_config(name: str) -> Config:
+    cfg = compose_config([f"model={name}"])
+    cfg.model.devices = ["cpu"] * num_columns(cfg.model)
+    return cfg
+
+
+def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
+    """A random model whose BatchNorm statistics come from real images, so that its logits
+    have a real scale and its masks hold both classes (a fresh one predicts one class)."""
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    transform = build_eval_transform(cfg.aug)
+    batch = torch.stack([transform(image=im)["image"] for im in images])
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+            m.momentum = None
+    with torch.no_grad():
+        model.train()(batch)
+    return model.eval()
+
+
+@pytest.fixture
+def photos(data_env: Path) -> list[np.ndarray]:
+    return [read_image(data_env / rel) for rel in PHOTOS]
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_export_script_dual_channel_matches_pytorch_on_real_images(
+    data_env, photos, tmp_path, capsys
+):
+    import onnx
+
+    from seg.engine.checkpoint import save_atomic
+    from seg.engine.run_dir import config_to_dict
+
+    cfg = model_config("dual_channel")
+    model = calibrated_model(cfg, photos)
+    ckpt, out, folder = tmp_path / "best.pt", tmp_path / "onnx" / "model.onnx", tmp_path / "img"
+    save_atomic({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+    folder.mkdir()
+    for rel in PHOTOS:
+        shutil.copy(data_env / rel, folder)
+    args = [f"checkpoint={ckpt}", f"out={out}", f"images={folder}"]
+    args += [f"sizes={SIZES}".replace(" ", ""), f"batch_sizes={BATCH_SIZES}".replace(" ", "")]
+    assert load_script("export").main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    with capsys.disabled():
+        print(f"\ndual_channel ONNX vs PyTorch: {result['cases']}")
+    assert [c["shape"] for c in result["cases"]] == [[1, 3, 256, 192], [3, 3, 321, 241]]
+    assert result["max_abs_diff"] < TOLERANCE
+    assert result["mask_agreement"] >= MIN_AGREEMENT
+
+    # Agreement means something only if the masks hold both classes.
+    batch = image_batches(photos, cfg.aug, SIZES[1:], BATCH_SIZES[1:])[0]
+    with torch.no_grad():
+        person = (model(batch)["out"].argmax(1) == 1).float().mean().item()
+    assert 0.05 < person < 0.95
+
+    graph = onnx.load(str(out))
+    dims = [d.dim_param or d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", 3, "height", "width"]
+    meta = {p.key: p.value for p in graph.metadata_props}
+    assert meta["seg.size_divisor"] == "64" and meta["seg.eval_size"] == "256,192"
+    assert meta["seg.mean"] == "0.485,0.456,0.406"
+    assert not list(out.parent.glob(".*")), "temporary file left behind"
+
+
+class TinyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> dict:
+        return {"out": self.conv(x), "aux": []}
+
+
+def test_comparison_catches_a_mismatch(tmp_path):
+    torch.manual_seed(0)
+    model = TinyNet().eval()
+    path = export_onnx(model, tmp_path / "tiny.onnx", example_hw=(32, 24))
+    session = onnx_session(path)
+    batches = [torch.randn(2, 3, 40, 30), torch.randn(1, 3, 17, 63)]  # sizes unlike the example
+    check = compare_with_onnx(model, session, batches)
+    assert check.ok(TOLERANCE, MIN_AGREEMENT), check
+    with torch.no_grad():
+        model.conv.bias[1] += 0.5  # the PyTorch side drifts from the exported file
+    check = compare_with_onnx(model, session, batches)
+    assert not check.ok(TOLERANCE, MIN_AGREEMENT)
+    assert check.max_abs_diff == pytest.approx(0.5, abs=1e-4) and check.mask_agreement < 0.999
+    with pytest.raises(FileNotFoundError, match=r"missing\.onnx: ONNX file does not exist"):
+        onnx_session(tmp_path / "missing.onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    [
+        "unet",
+        "single_column",
+        "multi_column",
+        "lraspp_mobilenet_v3_large",
+        "deeplabv3_mobilenet_v3_large",
+        "fcn_resnet50",
+    ],
+)
+def test_every_model_family_exports(name, photos, tmp_path):
+    cfg = model_config(name)
+    model = calibrated_model(cfg, photos)
+    options = ExportConfig(checkpoint="unused", out=str(tmp_path / "m.onnx"), sizes=SIZES)
+    options.batch_sizes = BATCH_SIZES
+    result = run_export(options, model, cfg)  # random images: graph check; real ones below
+    batches = image_batches(photos, cfg.aug, SIZES, BATCH_SIZES)
+    check = compare_with_onnx(model, onnx_session(Path(result["path"])), batches)
+    print(f"{name}: max |diff| {check.max_abs_diff:.3g}, agreement {check.mask_agreement:.6f}")
+    assert check.max_abs_diff < TOLERANCE and check.mask_agreement >= MIN_AGREEMENT
+
+
+def test_export_script_names_a_bad_checkpoint(tmp_path, caplog):
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a checkpoint")
+    export = load_script("export")
+    assert export.main([f"checkpoint={broken}", f"out={tmp_path / 'm.onnx'}"]) == 2
+    assert "broken.pt" in caplog.text
+    assert export.main([f"out={tmp_path / 'm.onnx'}"]) == 2  # checkpoint is required
+    assert "checkpoint" in caplog.text
+    assert not (tmp_path / "m.onnx").exists()

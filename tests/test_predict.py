@@ -1,0 +1,283 @@
+"""Prediction on real photos with a tiny random model: outputs, geometry, video, errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import MissingMandatoryValue
+from torch import nn
+
+from seg.config import BadSamplePolicy, Config, compose_config
+from seg.data.io import BadSampleError, read_image
+from seg.inference import (
+    AlphaMode,
+    OutputKind,
+    PredictConfig,
+    build_predictor,
+    compose_predict_config,
+    run_predict,
+)
+from seg.inference.media import VideoWriter, atomic_path, find_inputs
+from seg.inference.render import RenderOptions, parse_colour, render
+from seg.models import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+# Different sizes and orientations; 56.jpg is one of vikram's grayscale JPEGs.
+IMAGES = ("vikram_human_seg/Training_Images/1.jpg", "vikram_human_seg/Training_Images/3.jpg")
+GRAY = "vikram_human_seg/Training_Images/56.jpg"
+ALL_KINDS = [k.value for k in OutputKind]
+EXT = {"mask": ".png", "overlay": ".jpg", "cutout": ".png", "blur": ".jpg", "bg": ".jpg"}
+
+
+def tiny_config() -> Config:
+    cfg = compose_config(["model=dual_channel", "aug.eval_size=[128,96]"])
+    for column in cfg.model.columns:
+        column.widths = [4, 8, 8, 8, 8]
+        column.blocks = [1, 1, 1, 1, 1]
+    cfg.model.devices = ["cpu", "cpu"]
+    return cfg
+
+
+def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
+    """A random model whose BatchNorm statistics come from real images: unlike a fresh one (all
+    running variances 1), its logits are large enough for masks with both classes."""
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    predictor = build_predictor(model, cfg, device="cpu")
+    batch = torch.stack([predictor.transform(image=im)["image"] for im in images])
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average over the calibration batch
+    with torch.no_grad():
+        model.train()(batch)
+    return model.eval()
+
+
+@pytest.fixture
+def photos(data_env: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for rel in (*IMAGES, GRAY):
+        shutil.copy(data_env / rel, folder)
+    return folder
+
+
+@pytest.fixture
+def setup(photos: Path) -> tuple[nn.Module, Config]:
+    cfg = tiny_config()
+    images = [read_image(p) for p in sorted(photos.iterdir())]
+    return calibrated_model(cfg, images), cfg
+
+
+def predict_cfg(input_: Path, out: Path, **kwargs) -> PredictConfig:
+    return PredictConfig(
+        checkpoint="unused", input=str(input_), out=str(out), progress=False, **kwargs
+    )
+
+
+def test_folder_gives_every_output_at_the_original_size(setup, photos, tmp_path):
+    model, cfg = setup
+    out = tmp_path / "out"
+    kinds = [OutputKind(k) for k in ALL_KINDS]
+    # batch_size 2 over 3 images of 3 sizes: a mixed batch and a short last one.
+    summary = run_predict(predict_cfg(photos, out, outputs=kinds, batch_size=2), model, cfg)
+    assert summary["images"] == 3 and summary["frames"] == 0 and not summary["skipped"]
+    assert len(summary["written"]) == 3 * len(kinds)
+    predictor = build_predictor(model, cfg, device="cpu")
+    both_classes = 0
+    for path in sorted(photos.iterdir()):
+        image = read_image(path)
+        h, w = image.shape[:2]
+        files = {s: out / f"{path.stem}_{s}{e}" for s, e in EXT.items()}
+        for f in files.values():
+            assert f.is_file(), f
+            assert cv2.imread(str(f), cv2.IMREAD_UNCHANGED).shape[:2] == (h, w), f
+        mask = cv2.imread(str(files["mask"]), cv2.IMREAD_UNCHANGED)
+        assert set(np.unique(mask)) <= {0, 255}
+        both_classes += len(np.unique(mask)) == 2
+        # The file is the predictor's mask (batched with other sizes = predicted alone).
+        np.testing.assert_array_equal(mask, predictor([image])[0].mask * 255)
+        cut = cv2.cvtColor(
+            cv2.imread(str(files["cutout"]), cv2.IMREAD_UNCHANGED), cv2.COLOR_BGRA2RGBA
+        )
+        np.testing.assert_array_equal(cut[..., 3], mask)  # hard alpha = the mask
+        np.testing.assert_array_equal(cut[..., :3], image)
+    assert both_classes >= 2, "the calibrated model should predict person and background"
+    assert not list(out.glob(".*")), "temporary files left behind"
+
+
+def test_blur_replace_and_cutout_keep_person_pixels(setup, photos):
+    model, cfg = setup
+    image = read_image(photos / "1.jpg")
+    pred = build_predictor(model, cfg, device="cpu")([image])[0]
+    assert 0 < pred.mask.mean() < 1
+    opts = RenderOptions(alpha=AlphaMode.hard, blur_sigma=0.05)
+    blurred = render(OutputKind.blur, image, pred, opts)
+    np.testing.assert_array_equal(blurred[pred.mask], image[pred.mask])
+    assert np.abs(blurred[~pred.mask].astype(int) - image[~pred.mask]).mean() > 1
+    from seg.inference.render import Background
+
+    opts.background = Background("#ff0000")
+    replaced = render(OutputKind.replace, image, pred, opts)
+    np.testing.assert_array_equal(replaced[pred.mask], image[pred.mask])
+    assert (replaced[~pred.mask] == [255, 0, 0]).all()
+    soft = render(OutputKind.cutout, image, pred, RenderOptions(alpha=AlphaMode.soft))
+    np.testing.assert_array_equal(soft[..., 3], np.rint(pred.prob * 255).astype(np.uint8))
+    assert ((soft[..., 3] >= 128) == pred.mask).mean() > 0.999
+
+
+class RedIsPerson(nn.Module):
+    """An oracle: person logit = normalised red channel, background 0. Pointwise, so its mask
+    at the original size is known (red > mean) whatever the resizing and padding do."""
+
+    def forward(self, x: torch.Tensor) -> dict:
+        return {"out": torch.cat([torch.zeros_like(x[:, :1]), x[:, :1]], dim=1), "aux": []}
+
+
+@pytest.mark.parametrize("tta", [False, True])
+def test_masks_line_up_with_the_original_image(data_env, tta):
+    cfg = tiny_config()
+    predictor = build_predictor(RedIsPerson(), cfg, device="cpu", tta=tta)
+    images = [read_image(data_env / rel) for rel in IMAGES]
+    for image, pred in zip(images, predictor(images), strict=True):
+        expected = image[..., 0] > 255 * cfg.aug.mean[0]
+        # Padding cropped, no offset: only pixels near red edges may differ (downscale blur).
+        assert (pred.mask == expected).mean() > 0.95  # 0.97-0.99; 0.65-0.84 uncropped
+        assert pred.mask.shape == image.shape[:2]
+
+
+def make_video(path: Path, image: np.ndarray, frames: int = 6) -> None:
+    h, w = 96, 128
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 10, (w, h))
+    for i in range(frames):
+        frame = cv2.resize(np.roll(image, 5 * i, axis=1), (w, h))
+        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    writer.release()
+
+
+def count_frames(path: Path) -> tuple[int, tuple[int, int]]:
+    capture = cv2.VideoCapture(str(path))
+    n, size = 0, (0, 0)
+    while True:
+        ok, frame = capture.read()
+        if not ok:
+            break
+        n, size = n + 1, frame.shape[:2]
+    capture.release()
+    return n, size
+
+
+def test_video_gives_a_video_per_kind_with_every_frame(setup, photos, tmp_path):
+    model, cfg = setup
+    video = tmp_path / "clip.mp4"
+    make_video(video, read_image(photos / "1.jpg"))
+    assert count_frames(video)[0] == 6
+    kinds = [OutputKind.mask, OutputKind.blur, OutputKind.replace]
+    summary = run_predict(
+        predict_cfg(video, tmp_path / "out", outputs=kinds, batch_size=4), model, cfg
+    )
+    assert summary["frames"] == 6 and summary["images"] == 0
+    for suffix in ("mask", "blur", "bg"):
+        assert count_frames(tmp_path / "out" / f"clip_{suffix}.mp4") == (6, (96, 128))
+    with pytest.raises(ValueError, match="cutout"):
+        run_predict(predict_cfg(video, tmp_path / "out", outputs=[OutputKind.cutout]), model, cfg)
+
+
+def test_bad_inputs_raise_errors_naming_the_file(setup, photos, tmp_path):
+    model, cfg = setup
+    corrupt = photos / "broken.jpg"
+    corrupt.write_bytes(b"\xff\xd8 this is not a jpeg")
+    with pytest.raises(BadSampleError, match=r"broken\.jpg: corrupt"):
+        run_predict(predict_cfg(photos, tmp_path / "a"), model, cfg)
+    summary = run_predict(
+        predict_cfg(photos, tmp_path / "b", on_bad_input=BadSamplePolicy.skip), model, cfg
+    )
+    assert summary["skipped"] == [str(corrupt)] and summary["images"] == 3
+    assert not (tmp_path / "b" / "broken_mask.png").exists()
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.jpg: input does not exist"):
+        find_inputs(tmp_path / "nowhere.jpg")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"notes.txt: unsupported file type '\.txt'"):
+        find_inputs(tmp_path / "notes.txt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty: folder holds no supported file"):
+        find_inputs(tmp_path / "empty")
+    shutil.copy(photos / "1.jpg", photos / "1.png")
+    with pytest.raises(ValueError, match="same outputs"):
+        find_inputs(photos)
+
+
+def test_outputs_are_never_half_written(tmp_path):
+    final = tmp_path / "x_mask.png"
+    final.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_path(final) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("interrupted")
+    assert final.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
+    writer = VideoWriter(tmp_path / "v.mp4", 10, (16, 16))
+    writer.write(np.zeros((16, 16, 3), np.uint8))
+    writer.abort()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x_mask.png"]
+
+
+def test_options_are_checked_by_name():
+    cfg = compose_predict_config(["checkpoint=c.pt", "input=x", "outputs=[mask,cutout]"])
+    assert cfg.outputs == [OutputKind.mask, OutputKind.cutout]
+    with pytest.raises(ConfigCompositionException, match="outptus"):
+        compose_predict_config(["checkpoint=c.pt", "input=x", "outptus=[mask]"])
+    with pytest.raises(ConfigCompositionException, match=r"Invalid value 'masks', expected one of"):
+        compose_predict_config(["checkpoint=c.pt", "input=x", "outputs=[masks]"])
+    with pytest.raises(ValueError, match="batch_size=0"):
+        compose_predict_config(["checkpoint=c.pt", "input=x", "batch_size=0"])
+    with pytest.raises(MissingMandatoryValue, match="checkpoint"):
+        compose_predict_config(["input=x"])
+    assert parse_colour("#00ff00") == (0, 255, 0) and parse_colour("1,2,3") == (1, 2, 3)
+    assert parse_colour("beach.jpg") is None
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_end_to_end_from_a_checkpoint(setup, photos, tmp_path, caplog):
+    from seg.engine.checkpoint import save_atomic
+    from seg.engine.run_dir import config_to_dict
+
+    model, cfg = setup
+    ckpt = tmp_path / "last.pt"
+    save_atomic({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+    predict = load_script("predict")
+    out = tmp_path / "out"
+    args = [f"checkpoint={ckpt}", f"input={photos / '3.jpg'}", f"out={out}", "progress=false"]
+    assert predict.main([*args, "outputs=[mask,cutout]", "tta=flip"]) == 0
+    mask = cv2.imread(str(out / "3_mask.png"), cv2.IMREAD_UNCHANGED)
+    assert mask.shape == read_image(photos / "3.jpg").shape[:2]
+    assert (out / "3_cutout.png").is_file()
+    assert predict.main([*args[:1], f"input={tmp_path / 'missing.jpg'}"]) == 2
+    assert "missing.jpg: input does not exist" in caplog.text
+    assert predict.main([f"checkpoint={tmp_path / 'nope.pt'}", "input=x"]) == 2
+    assert "nope.pt does not exist" in caplog.text
+
+
+def test_devices_are_chosen_automatically_or_per_column():
+    from seg.inference import auto_device, inference_devices
+
+    assert inference_devices("auto", 2) == [auto_device()] * 2
+    assert inference_devices("cpu", 1, ["cpu"]) == [torch.device("cpu")]
+    with pytest.raises(ValueError, match="1 entries"):
+        inference_devices("auto", 2, ["cpu"])  # one device per column
+    if not torch.cuda.is_available():
+        assert auto_device().type in ("cpu", "mps")
+        with pytest.raises(ValueError, match="no CUDA device is visible"):
+            inference_devices("cuda:1", 2)
