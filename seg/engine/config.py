@@ -197,6 +197,10 @@ class LoggingConfig:
     log_every: int = 10  # steps between log lines and TensorBoard points
     tensorboard: bool = True
     progress_bar: bool = True  # tqdm on rank 0, on a terminal
+    # TensorBoard: input | truth | prediction of the first N validation samples at every
+    # validation (val_images/<i>); 0 = none.
+    val_images: int = 4
 
     def __post_init__(self) -> None:
         _check(self.log_every >= 1, "logging.log_every", self.log_every, "an integer >= 1")
+        _check(self.val_images >= 0, "logging.val_images", self.val_images, "an integer >= 0")

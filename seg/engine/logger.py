@@ -2,7 +2,11 @@
 the final report. Writers exist on rank 0 only, decided once when :class:`MetricLogger` is built.
 
 Scalar names: ``train/loss`` (and ``train/<term>``), ``lr``, ``perf/img_per_s``,
-``val/pixel_acc``, ``val/iou_person``, ``val/miou`` and ``val/<source>/<metric>``.
+``perf/data_wait_fraction``, ``perf/max_rss_gb`` (and ``perf/cuda_max_mem_gb`` on GPUs),
+``val/pixel_acc``, ``val/iou_person``, ``val/miou`` and ``val/<source>/<metric>``. TensorBoard
+also gets ``val_images/<i>`` (input | truth | prediction of a fixed set of validation samples,
+at every validation), ``model/summary`` (text) and, at the end, the hparams of the run with its
+final validation metrics.
 """
 
 from __future__ import annotations
@@ -10,11 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from seg.engine import distributed as du
 
@@ -89,13 +96,22 @@ class LossMeter:
 class MetricLogger:
     """TensorBoard (``run_dir/tb``) and ``run_dir/metrics.jsonl``; ``run_dir=None`` (ranks other
     than 0) makes every call a no-op. On resume from ``step``, later points of the interrupted
-    run are dropped from both, so the history reads as one uninterrupted run."""
+    run are dropped from both, so the history reads as one uninterrupted run.
+
+    ``val_images``: how many validation samples (the first ones, the same every time) are shown
+    in TensorBoard at each validation (see :meth:`watch_val_images`)."""
 
     def __init__(
-        self, run_dir: Path | None, tensorboard: bool = True, resume_step: int = 0
+        self,
+        run_dir: Path | None,
+        tensorboard: bool = True,
+        resume_step: int = 0,
+        val_images: int = 0,
     ) -> None:
         self.path = None if run_dir is None else run_dir / "metrics.jsonl"
         self.tb = None
+        self.val_images = val_images
+        self.val_samples: list[dict[str, Any]] = []
         if self.path is None:
             return
         if resume_step > 0 and self.path.exists():
@@ -104,7 +120,13 @@ class MetricLogger:
                 for line in self.path.read_text().splitlines()
                 if line.strip() and json.loads(line)["step"] <= resume_step
             ]
-            self.path.write_text("".join(f"{line}\n" for line in kept))
+            # Atomically: a crash here must not lose the history that is kept.
+            tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+            try:
+                tmp.write_text("".join(f"{line}\n" for line in kept))
+                os.replace(tmp, self.path)
+            finally:
+                tmp.unlink(missing_ok=True)
         elif self.path.exists():
             self.path.unlink()
         if tensorboard:
@@ -123,6 +145,71 @@ class MetricLogger:
             for key, value in scalars.items():
                 self.tb.add_scalar(key, value, step)
             self.tb.flush()
+
+    def log_model_summary(
+        self, model: nn.Module, input_size: tuple[int, int, int, int], step: int = 0
+    ) -> None:
+        """Parameters and FLOPs per part (``seg.models.summarize_model`` at ``input_size``
+        (B, 3, H, W): one forward pass) as the text ``model/summary``."""
+        if self.tb is None:
+            return
+        from seg.models import format_summary, summarize_model
+
+        table = format_summary(summarize_model(model, input_size))
+        # Indented by four spaces: TensorBoard renders text as markdown, this keeps the columns.
+        self.tb.add_text("model/summary", "    " + table.replace("\n", "\n    "), step)
+        self.tb.flush()
+
+    def watch_val_images(self, dataset: Any | None) -> None:
+        """Keep the first ``val_images`` samples of ``dataset`` (dicts with ``image`` (3, H, W)
+        and ``mask`` (H, W), all of one size: the eval preset's) for :meth:`log_val_images`."""
+        if self.tb is None or dataset is None or self.val_images <= 0:
+            return
+        self.val_samples = [dataset[i] for i in range(min(self.val_images, len(dataset)))]
+
+    @torch.no_grad()
+    def log_val_images(
+        self,
+        step: int,
+        model: nn.Module,
+        device: torch.device,
+        mean: Sequence[float],
+        std: Sequence[float],
+        amp_dtype: torch.dtype | None = None,
+    ) -> None:
+        """``val_images/<i>``: input | truth | prediction of the watched samples, (H, 3W, 3).
+
+        ``model`` is the plain module (not DDP): only this rank runs it."""
+        if self.tb is None or not self.val_samples:
+            return
+        from seg.data.transforms import denormalize
+        from seg.evaluation.panels import three_panels
+
+        images = torch.stack([s["image"] for s in self.val_samples]).to(device)
+        was_training = model.training
+        model.eval()
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            preds = model(images)["out"].argmax(1).cpu().numpy()
+        model.train(was_training)
+        for i, (sample, pred) in enumerate(zip(self.val_samples, preds, strict=True)):
+            truth = sample["mask"].numpy().astype(np.uint8)
+            panels = three_panels(denormalize(sample["image"], mean, std), truth, pred == 1)
+            self.tb.add_image(f"val_images/{i}", panels, step, dataformats="HWC")
+        self.tb.flush()
+
+    def log_hparams(self, hparams: dict[str, Any], metrics: dict[str, float]) -> None:
+        """The run's hyperparameters and its final metrics for TensorBoard's HPARAMS tab.
+
+        Written into this run (not a sub-run, as ``SummaryWriter.add_hparams`` would), so the
+        metric columns are the run's own scalars (e.g. ``val/pixel_acc``)."""
+        if self.tb is None:
+            return
+        from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+        finite = {k: v for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)}
+        for summary in hparams_summary(hparams, finite):
+            self.tb.file_writer.add_summary(summary)
+        self.tb.flush()
 
     def close(self) -> None:
         if self.tb is not None:

@@ -35,6 +35,7 @@ from seg.engine.checkpoint import (
 from seg.engine.evaluate import evaluate, scalars, validation_metrics
 from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger, format_report
+from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
 from seg.engine.run_dir import (
     config_to_dict,
     decide_run_dir,
@@ -79,7 +80,9 @@ def _fit(cfg: Config) -> dict[str, Any]:
     ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
     p = setup(cfg, ckpt)
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
-    writer = MetricLogger(run_dir if main else None, cfg.logging.tensorboard, state.step)
+    writer = MetricLogger(
+        run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
+    )
     ckpts = Checkpointer(run_dir / "checkpoints" if main else None, t.keep_last)
     if main:
         info = {
@@ -89,6 +92,8 @@ def _fit(cfg: Config) -> dict[str, Any]:
         info.update(torch=torch.__version__, restart=du.restart_count(), resumed_from=ckpt_path)
         write_run_files(run_dir, cfg, info)
         save_splits(cfg.data, run_dir / "splits")
+        writer.log_model_summary(p.model_without_ddp, (1, 3, *cfg.aug.eval_size), state.step)
+        writer.watch_val_images(p.val_loader.dataset if p.val_loader is not None else None)
     log.info(
         "run %s: %d replica(s) on %s, global batch %d, %d steps/epoch, %d steps, precision %s%s",
         run_dir,
@@ -117,6 +122,8 @@ def _fit(cfg: Config) -> dict[str, Any]:
             break
     if not state.metrics:  # resumed a finished run that was never validated
         validate(p, state, cfg, writer)
+    hparams = {**flatten_hparams(config_to_dict(cfg)), "world_size": du.world_size()}
+    writer.log_hparams(hparams, {k: v for k, v in state.metrics.items() if k.count("/") == 1})
     writer.close()
     return _finish(p, state, cfg, run_dir)
 
@@ -138,9 +145,10 @@ def train_one_epoch(
         disable=None if show else True,
     )
     window = (time.perf_counter(), state.step)
+    clock = WaitClock()  # time spent waiting for batches, for perf/data_wait_fraction
     p.model.train()
     with logging_redirect_tqdm() if show else contextlib.nullcontext():
-        for batch in p.train_loader:
+        for batch in clock.wrap(p.train_loader):
             if state.batch_in_epoch >= passes or state.step >= p.total_steps:
                 break
             state.batch_in_epoch += 1
@@ -154,7 +162,7 @@ def train_one_epoch(
             end = state.batch_in_epoch >= passes or state.step >= p.total_steps
             save = t.ckpt_every_steps > 0 and state.step % t.ckpt_every_steps == 0 and not end
             if end or save or state.step % cfg.logging.log_every == 0:
-                window = _log_train(p, state, meter, writer, bar, window, lr)  # NaN: raises
+                window = _log_train(p, state, meter, writer, bar, window, lr, clock.take())
             if save:
                 save_checkpoint(p, state, cfg, ckpts)
             maybe_inject_fault(t, state.step)
@@ -199,8 +207,10 @@ def _log_train(
     bar: tqdm,
     window: tuple[float, int],
     lr: float,
+    waited: float,
 ) -> tuple[float, int]:
-    """Log the loss terms (mean since the last log, over ranks), ``lr`` and img/s."""
+    """Log the loss terms (mean since the last log, over ranks; a NaN raises), ``lr``, img/s,
+    the fraction of the time spent waiting for data (``waited`` seconds) and peak memory."""
     means = meter.flush()  # one collective and one host sync per log step
     now = time.perf_counter()
     seconds, steps = now - window[0], state.step - window[1]
@@ -208,6 +218,8 @@ def _log_train(
     eta = datetime.timedelta(seconds=round((p.total_steps - state.step) * seconds / max(steps, 1)))
     values = {f"train/{k}": v for k, v in means.items()}
     values.update({"lr": lr, "perf/img_per_s": img_s})
+    values["perf/data_wait_fraction"] = min(1.0, waited / max(seconds, 1e-9))
+    values.update(memory_scalars(p.cuda_devices))
     writer.log(state.step, values)
     bar.set_postfix(loss=f"{means['loss']:.4f}", img_s=f"{img_s:.1f}")
     terms = " ".join(f"{k} {v:.4f}" for k, v in means.items() if k != "loss")
@@ -234,6 +246,8 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     )
     state.metrics = validation_metrics(cms)
     writer.log(state.step, scalars(state.metrics))
+    aug = cfg.aug
+    writer.log_val_images(state.step, p.model_without_ddp, p.device, aug.mean, aug.std, p.amp_dtype)
     state.tick()
     acc = state.metrics["val/pixel_acc"]
     if state.target is None and acc >= t.target_pixel_acc:

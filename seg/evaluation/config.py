@@ -1,0 +1,137 @@
+"""Typed options of ``scripts/evaluate.py`` (Hydra structured config ``configs/evaluate.yaml``).
+
+``data=NAME`` picks a dataset config from ``configs/data/`` (any of them, ``folder`` with its
+options included); without it the data the checkpoint was trained on is evaluated. Kept free of
+torch imports so that composing stays fast. Unknown keys and bad enum values fail in
+:func:`compose_eval_config` with Hydra's message naming them; :func:`check_eval_config` checks
+the ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from omegaconf import MISSING
+
+from seg.config import CONFIG_DIR, DataConfig
+
+SPLITS = ("train", "val", "test", "all")  # all: every pair of the dataset, whatever its split
+
+
+class TTAKind(str, Enum):
+    flip = "flip"  # average with the horizontally mirrored input
+
+
+@dataclass
+class SlideConfig:
+    """Sliding-window inference over the model input (the image fit into ``eval_size``).
+
+    For large images: raise ``eval_size`` (e.g. [1024, 768]) and slide windows of the size the
+    model was trained on; overlapping logits are averaged. ``window: null`` turns it off.
+    """
+
+    window: list[int] | None = None  # [H, W]
+    stride: list[int] | None = None  # [H, W]; null = two thirds of the window
+
+
+@dataclass
+class EvalConfig:
+    checkpoint: str = MISSING  # a checkpoint written by training
+    data: DataConfig | None = None  # data=NAME (configs/data/NAME.yaml); null = the checkpoint's
+    split: str = "test"  # train | val | test | all
+    out: str | None = None  # default <run_dir>/eval/<data>_<split>, else outputs/eval/...
+    device: str = "auto"  # auto (cuda, mps, cpu) | cpu | cuda | cuda:N | mps
+    column_devices: list[str] = field(default_factory=list)  # one per model column
+    batch_size: int = 4
+    num_workers: int = 2  # processes reading and decoding the images and masks
+    eval_size: list[int] | None = None  # [H, W] model input; null = the checkpoint's aug.eval_size
+    tta: list[TTAKind] = field(default_factory=list)  # [] or [flip]
+    scales: list[float] = field(default_factory=lambda: [1.0])  # of eval_size; softmax averaged
+    slide: SlideConfig = field(default_factory=SlideConfig)
+    worst: int = 16  # K: images in the worst-cases gallery (0 = none)
+    worst_height: int = 512  # gallery panels taller than this are shrunk to it (0 = never)
+    max_images: int = 0  # per source, the first N of the split (0 = all): quick looks
+    target_pixel_acc: float | None = None  # null = the checkpoint's trainer.target_pixel_acc
+    progress: bool = True
+
+
+def _pair(value: list[int] | None) -> bool:
+    return value is not None and len(value) == 2 and all(int(v) >= 1 for v in value)
+
+
+def check_eval_config(cfg: EvalConfig) -> None:
+    """Range checks Hydra's types cannot express; the message names the key and the value."""
+    s = cfg.slide
+    checks = [
+        (cfg.split in SPLITS, "split", cfg.split, f"one of {', '.join(SPLITS)}"),
+        (cfg.batch_size >= 1, "batch_size", cfg.batch_size, "an integer >= 1"),
+        (cfg.num_workers >= 0, "num_workers", cfg.num_workers, "an integer >= 0"),
+        (cfg.worst >= 0, "worst", cfg.worst, "an integer >= 0"),
+        (cfg.worst_height >= 0, "worst_height", cfg.worst_height, "an integer >= 0"),
+        (cfg.max_images >= 0, "max_images", cfg.max_images, "an integer >= 0 (0 = all)"),
+        (
+            cfg.eval_size is None or _pair(cfg.eval_size),
+            "eval_size",
+            cfg.eval_size,
+            "null or 2 positive integers [H, W]",
+        ),
+        (
+            len(cfg.scales) >= 1 and all(0 < x <= 8 for x in cfg.scales),
+            "scales",
+            cfg.scales,
+            "one or more numbers in (0, 8], e.g. [0.75, 1.0, 1.25]",
+        ),
+        (len(set(cfg.tta)) == len(cfg.tta), "tta", cfg.tta, "no repeats"),
+        (
+            s.window is None or _pair(s.window),
+            "slide.window",
+            s.window,
+            "null or 2 positive integers [H, W]",
+        ),
+        (
+            s.stride is None or (_pair(s.stride) and s.window is not None),
+            "slide.stride",
+            s.stride,
+            "null or 2 positive integers [H, W], with slide.window set",
+        ),
+        (
+            cfg.target_pixel_acc is None or 0 < cfg.target_pixel_acc <= 1,
+            "target_pixel_acc",
+            cfg.target_pixel_acc,
+            "null or a fraction in (0, 1]",
+        ),
+    ]
+    for ok, key, value, expected in checks:
+        if not ok:
+            raise ValueError(f"{key}={value!r} is invalid: expected {expected}")
+
+
+def compose_eval_config(overrides: list[str]) -> EvalConfig:
+    """``scripts/evaluate.py``'s overrides -> a checked ``EvalConfig``.
+
+    Raises Hydra's errors naming unknown keys, bad types and a missing ``checkpoint``.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import ConfigCompositionException
+    from omegaconf import OmegaConf
+
+    given = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    if any(k.startswith("data.") for k in given) and "data" not in given:
+        raise ValueError(
+            f"{[o for o in overrides if o.startswith('data.')]} needs the dataset config as "
+            "well: give data=NAME first (e.g. data=folder data.root=PATH); without data=NAME "
+            "the checkpoint's data is evaluated as it was configured"
+        )
+    ConfigStore.instance().store(name="eval_config", node=EvalConfig)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            raw = compose(config_name="evaluate", overrides=list(overrides))
+        except ConfigCompositionException as err:
+            # Hydra's own message ("Error merging override ...") hides the reason in its cause.
+            reason = str(err.__cause__).splitlines()[0] if err.__cause__ else ""
+            raise ConfigCompositionException(f"{err} ({reason})" if reason else str(err)) from err
+    cfg = OmegaConf.to_object(raw)
+    check_eval_config(cfg)  # type: ignore[arg-type]
+    return cfg  # type: ignore[return-value]

@@ -1,0 +1,94 @@
+"""The evaluation's samples: raw images and masks at their own size, any dataset and split.
+
+Unlike training's datasets, a bad pair under ``on_bad_sample=skip`` is dropped (and reported),
+never replaced by its neighbour, so that no image is counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset
+
+from seg.config import BadSamplePolicy, DataConfig
+from seg.data import BadSampleError, SegDataset, list_source, source_names
+from seg.data.listing import natural_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Item:
+    index: int  # position in the whole evaluation (over all sources)
+    source: str
+    dataset: SegDataset
+    position: int  # in ``dataset``
+
+    @property
+    def name(self) -> str:
+        return self.dataset.refs[self.position].id
+
+
+def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
+    """Every sample of ``split`` (``all``: every pair) of every source of ``cfg``, in order.
+
+    ``max_images`` > 0 keeps the first N of each source.
+    """
+    items: list[Item] = []
+    for source in source_names(cfg):
+        listing = list_source(cfg, source)
+        if split == "all":
+            refs = sorted(listing.refs.values(), key=lambda r: natural_key(r.id))
+        else:
+            refs = listing.split_refs(split)
+        if max_images > 0:
+            refs = refs[:max_images]
+        if not refs:
+            log.warning("%s has no %s samples", source, split)
+        dataset = SegDataset(refs, None, cfg.on_bad_sample, cfg.mask_resize_tolerance)
+        items += [Item(len(items) + i, source, dataset, i) for i in range(len(refs))]
+    if not items:
+        raise ValueError(f"no samples to evaluate in split {split!r} of {source_names(cfg)}")
+    return items
+
+
+class RawSamples(Dataset):
+    """``items`` -> dicts ``image`` uint8 (H, W, 3), ``mask`` uint8 (H, W) {0, 1, 255},
+    ``index``, or ``error`` (a message) for a bad pair under ``policy=skip``."""
+
+    def __init__(self, items: list[Item], policy: BadSamplePolicy) -> None:
+        self.items = items
+        self.policy = BadSamplePolicy(policy)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        item = self.items[i]
+        try:
+            image, mask = item.dataset.load_raw(item.position)
+        except BadSampleError as err:
+            if self.policy is BadSamplePolicy.error:
+                raise
+            return {"index": item.index, "error": str(err)}
+        return {"index": item.index, "image": image, "mask": mask}
+
+
+def _as_list(batch: list[dict]) -> list[dict]:
+    return batch
+
+
+def raw_loader(
+    items: list[Item], policy: BadSamplePolicy, batch_size: int, num_workers: int
+) -> DataLoader:
+    """Batches (lists) of :class:`RawSamples` read by ``num_workers`` processes, in order."""
+    return DataLoader(
+        RawSamples(items, policy),
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        collate_fn=_as_list,
+        persistent_workers=False,
+    )

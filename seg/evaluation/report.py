@@ -1,0 +1,185 @@
+"""What an evaluation writes: ``metrics.json``, ``per_image.csv``, the printed table and the
+``worst/`` gallery names. The file formats are a contract (the notebooks read them): see
+docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seg.metrics import SegMetrics
+
+CSV_COLUMNS = (
+    "name",
+    "source",
+    "height",
+    "width",
+    "pixels",
+    "correct",
+    "tp",
+    "fp",
+    "fn",
+    "pixel_acc",
+    "iou",
+    "person_fraction",
+    "bf_2",
+    "bf_5",
+)
+SUMMARY_KEYS = (
+    "pixel_acc",
+    "miou",
+    "iou_person",
+    "iou_background",
+    "dice_person",
+    "precision_person",
+    "recall_person",
+    "bf_2",
+    "bf_5",
+    "boundary_iou",
+)
+PERSON = 1
+
+
+def _ratio(num: int, den: int) -> float:
+    return num / den if den > 0 else float("nan")
+
+
+def image_row(
+    name: str, source: str, size_hw: Sequence[int], metrics: SegMetrics
+) -> dict[str, Any]:
+    """One ``per_image.csv`` row from an accumulator that has seen only this image.
+
+    Counts are of the labelled pixels; ``tp``/``fp``/``fn`` are of the person class, ``iou``
+    its IoU (NaN when neither truth nor prediction has a person), ``bf_<t>`` the boundary F.
+    """
+    cm = metrics.confusion.cpu()
+    tp = int(cm[PERSON, PERSON])
+    fp = int(cm[:, PERSON].sum()) - tp
+    fn = int(cm[PERSON, :].sum()) - tp
+    pixels, correct = int(cm.sum()), int(torch.diagonal(cm).sum())
+    stats = metrics.compute()
+    return {
+        "name": name,
+        "source": source,
+        "height": int(size_hw[0]),
+        "width": int(size_hw[1]),
+        "pixels": pixels,
+        "correct": correct,
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "pixel_acc": _ratio(correct, pixels),
+        "iou": _ratio(tp, tp + fp + fn),
+        "person_fraction": _ratio(tp + fn, pixels),
+        "bf_2": stats.get("bf_2", float("nan")),
+        "bf_5": stats.get("bf_5", float("nan")),
+    }
+
+
+def summary(metrics: SegMetrics) -> dict[str, float | int]:
+    """The ``overall`` / ``per_source`` entry of ``metrics.json`` (NaN for undefined ratios)."""
+    values = metrics.compute()
+    out: dict[str, float | int] = {k: values.get(k, float("nan")) for k in SUMMARY_KEYS}
+    out["images"] = int(metrics.images)
+    return out
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.6f}"
+    return str(value)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """``per_image.csv`` with the header :data:`CSV_COLUMNS`; NaN is written as ``nan``."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(row[c]) for c in CSV_COLUMNS])
+    _write_text(path, buffer.getvalue())
+    return path
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def json_safe(obj: Any) -> Any:
+    """NaN and infinities -> None (``null``), so that ``metrics.json`` is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def worst_rows(rows: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    """The ``k`` worst rows by person IoU (then pixel accuracy, then name).
+
+    An undefined IoU (no person in truth or prediction) has no person error: it ranks as 1.
+    """
+
+    def key(row: dict[str, Any]) -> tuple[float, float, str, str]:
+        iou, acc = row["iou"], row["pixel_acc"]
+        return (
+            1.0 if math.isnan(iou) else iou,
+            1.0 if math.isnan(acc) else acc,
+            row["source"],
+            row["name"],
+        )
+
+    return sorted(rows, key=key)[:k]
+
+
+def gallery_name(rank: int, k: int, source: str, name: str) -> str:
+    """``NN_<source>_<name>.png``; characters unsafe in file names become ``_``."""
+    width = max(2, len(str(k)))
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+    return f"{rank:0{width}d}_{source}_{safe}.png"
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """Per source and overall: images, pixel accuracy, person IoU, mIoU, Dice, BF, Boundary
+    IoU; then ``pixel accuracy X% vs target T%: PASS/FAIL``."""
+    cols = [
+        ("pixel_acc", "pixel acc"),
+        ("iou_person", "person IoU"),
+        ("miou", "mIoU"),
+        ("dice_person", "Dice"),
+        ("bf_2", "BF@2"),
+        ("bf_5", "BF@5"),
+        ("boundary_iou", "B-IoU"),
+    ]
+    head = f"{'source':<18} {'images':>6} " + " ".join(f"{h:>10}" for _, h in cols)
+    lines = [head]
+    rows = [*result["per_source"].items(), ("all", result["overall"])]
+    for name, m in rows:
+        values = " ".join(f"{_pct(_nan(m[k])):>10}" for k, _ in cols)
+        lines.append(f"{name:<18} {m['images']:>6} {values}")
+    acc = _nan(result["overall"]["pixel_acc"])
+    target = result["target_pixel_acc"]
+    verdict = "PASS" if result["pass"] else "FAIL"
+    lines.append(f"pixel accuracy {_pct(acc)} vs target {100 * target:.4g}%: {verdict}")
+    return "\n".join(lines)
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else float(x)

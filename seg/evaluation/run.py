@@ -1,0 +1,273 @@
+"""``run_evaluation(cfg) -> dict``: a checkpoint on any dataset and split, at the images'
+original resolution, with metrics exact over several processes.
+
+Each image goes through the checkpoint's eval preset, the model, and back to its own H x W
+(``seg.evaluation.inference``); its prediction is scored against the full-resolution mask
+(ignore pixels excluded) in an accumulator of its own, which gives its ``per_image.csv`` row and
+is then added to its source's. Under torchrun every rank scores a contiguous shard of the images
+(``seg.engine.data.shard``: each image exactly once) and the integer counts are summed across
+ranks (``SegMetrics.reduce_``) before any ratio is taken; rank 0 writes the outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from seg.config import Config, DataConfig, DatasetName
+from seg.engine import distributed as du
+from seg.engine.checkpoint import load_model_from_checkpoint
+from seg.engine.data import shard
+from seg.engine.run_dir import write_json
+from seg.evaluation.config import EvalConfig, TTAKind, check_eval_config
+from seg.evaluation.data import Item, list_items, raw_loader
+from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
+from seg.evaluation.panels import four_panels
+from seg.evaluation.report import (
+    format_table,
+    gallery_name,
+    image_row,
+    json_safe,
+    summary,
+    worst_rows,
+    write_csv,
+)
+from seg.inference.media import write_image
+from seg.metrics import SegMetrics
+
+log = logging.getLogger(__name__)
+
+
+def default_out_dir(checkpoint: str | Path, data_name: str, split: str) -> Path:
+    """``<run_dir>/eval/<data>_<split>`` for a checkpoint in a run's ``checkpoints/`` folder,
+    else ``outputs/eval/<data>_<split>``."""
+    ckpt = Path(checkpoint).expanduser().absolute()
+    run_dir = ckpt.parent.parent
+    if ckpt.parent.name == "checkpoints" and (run_dir / "config.yaml").is_file():
+        return run_dir / "eval" / f"{data_name}_{split}"
+    return Path("outputs") / "eval" / f"{data_name}_{split}"
+
+
+def _add_(total: SegMetrics, part: SegMetrics) -> None:
+    """Add ``part``'s counts into ``total`` (same settings): sums of counts stay exact."""
+    for t, p in zip(total.state_tensors(), part.state_tensors(), strict=True):
+        t += p.to(t.device)
+
+
+def score_items(
+    predictor: ProbabilityPredictor,
+    items: list[Item],
+    cfg: EvalConfig,
+    num_classes: int,
+    sources: list[str],
+) -> tuple[list[dict[str, Any]], dict[str, SegMetrics], list[str]]:
+    """Score ``items``: (per-image rows with their ``index``, per-source accumulators, the
+    messages of bad pairs skipped under ``on_bad_sample=skip``)."""
+    by_index = {item.index: item for item in items}
+    totals = {s: SegMetrics(num_classes) for s in sources}
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    policy = items[0].dataset.on_bad_sample if items else "error"
+    show = cfg.progress and du.is_main_process()
+    bar = tqdm(total=len(items), unit="img", desc="evaluating", disable=None if show else True)
+    for batch in raw_loader(items, policy, cfg.batch_size, cfg.num_workers) if items else []:
+        skipped += [s["error"] for s in batch if "error" in s]
+        good = [s for s in batch if "error" not in s]
+        for sample, prob in zip(good, predictor([s["image"] for s in good]), strict=True):
+            item = by_index[sample["index"]]
+            truth = torch.from_numpy(sample["mask"]).to(prob.device)
+            one = SegMetrics(num_classes)
+            one.update(prob.argmax(0)[None], truth[None])
+            row = image_row(item.name, item.source, truth.shape, one)
+            rows.append({"index": item.index, **row})
+            _add_(totals[item.source], one)
+        bar.update(len(batch))
+    bar.close()
+    return rows, totals, skipped
+
+
+def _reduce(totals: dict[str, SegMetrics], device: torch.device) -> None:
+    """Sum every rank's counts in place (on ``device``, which the backend serves)."""
+
+    def sum_(tensor: torch.Tensor) -> None:
+        moved = tensor.to(device)
+        du.all_reduce_sum_(moved)
+        tensor.copy_(moved.to(tensor.device))
+
+    for name in sorted(totals):  # the same order on every rank
+        totals[name].reduce_(sum_)
+
+
+def _device(device: str) -> str:
+    """Under torchrun, ``auto``/``cuda`` become this rank's GPU."""
+    if du.world_size() == 1 and int(os.environ.get("WORLD_SIZE", 1)) == 1:
+        return device
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{du.local_rank() % torch.cuda.device_count()}"
+    return "cpu" if device == "auto" else device
+
+
+def write_gallery(
+    predictor: ProbabilityPredictor,
+    items: list[Item],
+    rows: list[dict[str, Any]],
+    cfg: EvalConfig,
+    out_dir: Path,
+) -> list[Path]:
+    """``worst/NN_<source>_<name>.png`` for the ``cfg.worst`` worst images (predicted again:
+    K forward passes instead of keeping every prediction in memory)."""
+    folder = out_dir / "worst"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("[0-9][0-9]*_*.png"):  # a previous gallery, maybe of another K
+        old.unlink()
+    written = []
+    for rank, row in enumerate(worst_rows(rows, cfg.worst), start=1):
+        item = items[row["index"]]
+        image, truth = item.dataset.load_raw(item.position)
+        pred = (predictor([image])[0].argmax(0) == 1).cpu().numpy()
+        text = f"{item.source}/{item.name}  IoU {_fmt(row['iou'])}  acc {_fmt(row['pixel_acc'])}"
+        panels = four_panels(image, truth, pred, text, cfg.worst_height)
+        path = folder / gallery_name(rank, cfg.worst, item.source, item.name)
+        written.append(write_image(path, panels))
+    return written
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
+    model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
+    if cfg.eval_size is not None:
+        train_cfg.aug.eval_size = [int(v) for v in cfg.eval_size]
+    return model, train_cfg, cfg.data if cfg.data is not None else train_cfg.data
+
+
+def _result(
+    cfg: EvalConfig,
+    train_cfg: Config,
+    data_name: str,
+    predictor: ProbabilityPredictor,
+    totals: dict[str, SegMetrics],
+    skipped: list[str],
+) -> dict[str, Any]:
+    """The content of ``metrics.json`` (before NaN becomes null)."""
+    overall = SegMetrics(train_cfg.model.num_classes)
+    for metrics in totals.values():
+        _add_(overall, metrics)
+    target = cfg.target_pixel_acc or train_cfg.trainer.target_pixel_acc
+    acc = summary(overall)["pixel_acc"]
+    slide = None
+    if predictor.window:
+        slide = {"window": list(predictor.window), "stride": list(predictor.stride or ())}
+    confusion = {s: m.confusion.tolist() for s, m in totals.items()}
+    return {
+        "checkpoint": str(Path(cfg.checkpoint).expanduser().absolute()),
+        "data": data_name,
+        "split": cfg.split,
+        "tta": [t.value for t in cfg.tta],
+        "scales": [float(s) for s in cfg.scales],
+        "slide": slide,
+        "eval_size": list(train_cfg.aug.eval_size),
+        "target_pixel_acc": target,
+        "pass": bool(math.isfinite(acc) and acc >= target),
+        "overall": summary(overall),
+        "per_source": {s: summary(m) for s, m in totals.items()},
+        "confusion": {**confusion, "all": overall.confusion.tolist()},
+        "skipped": skipped,
+        "device": str(predictor.device),
+        "world_size": du.world_size(),
+    }
+
+
+def write_outputs(
+    result: dict[str, Any],
+    rows: list[dict[str, Any]],
+    predictor: ProbabilityPredictor,
+    items: list[Item],
+    cfg: EvalConfig,
+    out_dir: Path,
+    started: float,
+) -> dict[str, Any]:
+    """``per_image.csv``, ``worst/``, ``metrics.json`` and ``report.txt``; returns the result
+    as written (NaN as None, with the gallery's and the total time since ``started``)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv(out_dir / "per_image.csv", rows)
+    t0 = time.perf_counter()
+    write_gallery(predictor, items, rows, cfg, out_dir)
+    now = time.perf_counter()
+    result["timing_s"].update(gallery=round(now - t0, 2), total=round(now - started, 2))
+    result = json_safe(result)
+    write_json(out_dir / "metrics.json", result)
+    (out_dir / "report.txt").write_text(format_table(result) + "\n")
+    return result
+
+
+def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
+    """Evaluate ``cfg.checkpoint`` on ``cfg.data`` / ``cfg.split``; rank 0 writes
+    ``metrics.json``, ``per_image.csv``, ``report.txt`` and ``worst/`` into the output folder.
+
+    Returns the content of ``metrics.json`` (NaN as None) plus ``out_dir`` and ``table``.
+    """
+    check_eval_config(cfg)
+    started = time.perf_counter()
+    model, train_cfg, data_cfg = _setup(cfg)
+    data_name = DatasetName(data_cfg.name).value
+    out_dir = Path(cfg.out) if cfg.out else default_out_dir(cfg.checkpoint, data_name, cfg.split)
+    items = list_items(data_cfg, cfg.split, cfg.max_images)
+    sources = list(dict.fromkeys(i.source for i in items))
+    predictor = build_probability_predictor(
+        model,
+        train_cfg,
+        _device(cfg.device),
+        cfg.column_devices,
+        TTAKind.flip in cfg.tta,
+        cfg.scales,
+        cfg.slide.window,
+        cfg.slide.stride,
+    )
+    owns_group = not du.is_distributed()  # a caller's process group is left alone
+    du.init_distributed(list(getattr(predictor.predictors[0].model, "devices", [predictor.device])))
+    try:
+        mine = [items[i] for i in shard(len(items), du.rank(), du.world_size())]
+        log.info(
+            "evaluating %d of %d image(s) of %s/%s on %s, eval size %s, tta %s, scales %s, "
+            "sliding windows %s",
+            len(mine),
+            len(items),
+            data_name,
+            cfg.split,
+            predictor.device,
+            train_cfg.aug.eval_size,
+            [t.value for t in cfg.tta],
+            list(cfg.scales),
+            predictor.window,
+        )
+        t0 = time.perf_counter()
+        rows, totals, skipped = score_items(
+            predictor, mine, cfg, train_cfg.model.num_classes, sources
+        )
+        _reduce(totals, predictor.device)
+        gathered = [r for part in du.all_gather_object(rows) for r in part]
+        rows = sorted(gathered, key=lambda r: r["index"])
+        skipped = [s for part in du.all_gather_object(skipped) for s in part]
+        scoring_s = time.perf_counter() - t0
+        result = _result(cfg, train_cfg, data_name, predictor, totals, skipped)
+        result["timing_s"] = {
+            "scoring": round(scoring_s, 2),
+            "images_per_s": round(len(rows) / max(scoring_s, 1e-9), 2),
+        }
+        if du.is_main_process():
+            result = write_outputs(result, rows, predictor, items, cfg, out_dir, started)
+        result = du.broadcast_object(json_safe(result))
+    finally:
+        if owns_group:
+            du.destroy_distributed()
+    return {**result, "out_dir": str(out_dir), "table": format_table(result)}

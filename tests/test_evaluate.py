@@ -1,0 +1,304 @@
+"""scripts/evaluate.py on a checkpoint of a real 2-step run: a user's folder (instance-id masks,
+``{stem}_mask.png`` names, a corrupt file) against the same real eg_portrait test images, the
+output contract, exactness of the counts, and the test-time augmentations."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+from torch import nn
+from training_utils import REPO, make_folder_subset, subprocess_env, tiny_overrides, torchrun
+
+from seg.config import DataConfig, compose_config
+from seg.data import list_source
+from seg.data.io import read_image, read_mask_array
+from seg.engine.checkpoint import load_model_from_checkpoint
+from seg.engine.train import train
+from seg.evaluation.config import compose_eval_config
+from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
+from seg.evaluation.report import CSV_COLUMNS, SUMMARY_KEYS, image_row, json_safe, write_csv
+from seg.evaluation.run import run_evaluation
+from seg.metrics import SegMetrics, per_image_stats
+
+N_IMAGES = 3
+WORST = 2
+
+
+@pytest.fixture(scope="module")
+def checkpoint(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """last.pt of a real 2-step run (single-column net, 64x64, vikram pairs)."""
+    root = tmp_path_factory.mktemp("run")
+    data = make_folder_subset(shared_datasets, root / "data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SEG_DATA_DIR", raising=False)
+        train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
+    return root / "run" / "checkpoints" / "last.pt"
+
+
+def eg_test_ids(shared: Path) -> list[str]:
+    cfg = DataConfig(name="eg_portrait", root=str(shared), download=False)
+    return list_source(cfg, "eg_portrait").splits["test"][:N_IMAGES]
+
+
+def make_user_folder(shared: Path, dst: Path, ids: list[str]) -> Path:
+    """The eg_portrait images as a user's folder: ``<id>.jpg`` with ``<id>_mask.png`` holding
+    instance ids (the person split into ids 1, 2 and 7 by column), plus a corrupt image."""
+    (dst / "images").mkdir(parents=True)
+    (dst / "masks").mkdir()
+    data = shared / "eg_portrait" / "data"
+    for i in ids:
+        shutil.copy(data / "images_data_crop" / f"{i}.jpg", dst / "images")
+        person = read_mask_array(data / "images_mask" / f"{i}_mask.mat", "mask") == 1
+        cols = np.arange(person.shape[1])[None, :].repeat(person.shape[0], 0)
+        instances = np.where(cols < person.shape[1] // 3, 1, np.where(cols % 2 == 0, 2, 7))
+        assert cv2.imwrite(
+            str(dst / "masks" / f"{i}_mask.png"), (instances * person).astype(np.uint8)
+        )
+    (dst / "images" / "broken.jpg").write_bytes(b"not a jpeg")
+    cv2.imwrite(str(dst / "masks" / "broken_mask.png"), np.zeros((8, 8), np.uint8))
+    return dst
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open() as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("evaluate_script", REPO / "scripts/evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_outputs(out: Path, n: int, panel_hw: tuple[int, int]) -> tuple[dict, list[dict]]:
+    """The output contract: files, CSV header and rows, JSON keys, gallery count and sizes, and
+    the CSV's counts summing exactly to the JSON's confusion-derived metrics."""
+    result = json.loads((out / "metrics.json").read_text())
+    header, rows = read_csv(out / "per_image.csv")
+    assert header == list(CSV_COLUMNS) and len(rows) == n
+    assert (out / "per_image.csv").read_text().splitlines()[0] == ",".join(CSV_COLUMNS)
+    for key in ("checkpoint", "data", "split", "tta", "target_pixel_acc", "pass", "overall"):
+        assert key in result, key
+    assert set(result["overall"]) == {*SUMMARY_KEYS, "images"} and result["overall"]["images"] == n
+    for source in result["per_source"].values():
+        assert set(source) == {*SUMMARY_KEYS, "images"}
+    gallery = sorted((out / "worst").glob("*.png"))
+    assert [p.name[:3] for p in gallery] == [f"{k:02d}_" for k in range(1, WORST + 1)]
+    for path in gallery:
+        assert cv2.imread(str(path)).shape == (panel_hw[0], 4 * panel_hw[1], 3), path
+    tp, fp, fn = (sum(int(r[k]) for r in rows) for k in ("tp", "fp", "fn"))
+    correct, pixels = (sum(int(r[k]) for r in rows) for k in ("correct", "pixels"))
+    overall = result["overall"]
+    assert overall["iou_person"] == (tp / (tp + fp + fn) if tp + fp + fn else None)
+    assert overall["pixel_acc"] == correct / pixels
+    assert pixels == sum(int(r["height"]) * int(r["width"]) for r in rows)  # no ignore pixels
+    assert np.asarray(result["confusion"]["all"]).sum() == pixels
+    assert result["pass"] == (overall["pixel_acc"] >= result["target_pixel_acc"])
+    # Rows rank the gallery: the first PNG is the image with the lowest IoU.
+    worst = min(rows, key=lambda r: (float(r["iou"]) if r["iou"] != "nan" else 1.0, r["pixel_acc"]))
+    assert gallery[0].name.endswith(f"_{worst['name']}.png")
+    return result, rows
+
+
+def test_user_folder_equals_real_source_at_full_resolution(
+    checkpoint: Path, shared_datasets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    ids = eg_test_ids(shared_datasets)
+    user = make_user_folder(shared_datasets, tmp_path / "user", ids)
+    args = [
+        f"checkpoint={checkpoint}",
+        "data=folder",
+        f"data.root={user}",
+        "data.folder.mask_pattern='{stem}_mask.png'",
+        "data.folder.encoding=instances",
+        "data.on_bad_sample=skip",
+        "split=all",
+        f"out={tmp_path / 'folder_eval'}",
+        f"worst={WORST}",
+        "num_workers=0",
+        "progress=false",
+    ]
+    assert load_script().main(args) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"pixel accuracy \d+\.\d\d% vs target 88%: (PASS|FAIL)", printed)
+    assert re.search(rf"^folder\s+{N_IMAGES}\s", printed, re.MULTILINE)
+    folder, folder_rows = check_outputs(tmp_path / "folder_eval", N_IMAGES, (512, 384))
+    assert len(folder["skipped"]) == 1 and "broken.jpg" in folder["skipped"][0]
+
+    real = run_evaluation(
+        compose_eval_config(
+            [
+                f"checkpoint={checkpoint}",
+                "data=eg_portrait",
+                f"data.root={shared_datasets}",
+                "data.download=false",
+                f"max_images={N_IMAGES}",
+                f"worst={WORST}",
+                "num_workers=1",  # one loader process: the ordered, multi-process path
+                "progress=false",
+            ]
+        )
+    )
+    out = checkpoint.parents[1] / "eval" / "eg_portrait_test"  # the default: inside the run
+    assert Path(real["out_dir"]) == out
+    _, real_rows = check_outputs(out, N_IMAGES, (512, 384))
+    # The user's instance masks under other names score exactly as the dataset's own masks.
+    assert [r["name"] for r in real_rows] == [r["name"] for r in folder_rows] == ids
+    assert real["confusion"]["all"] == folder["confusion"]["all"]
+    assert [r["iou"] for r in real_rows] == [r["iou"] for r in folder_rows]
+
+    # One row against an independent computation: predict at full size, per_image_stats.
+    model, train_cfg = load_model_from_checkpoint(checkpoint)
+    image = read_image(shared_datasets / "eg_portrait/data/images_data_crop" / f"{ids[0]}.jpg")
+    truth = read_mask_array(
+        shared_datasets / "eg_portrait/data/images_mask" / f"{ids[0]}_mask.mat", "mask"
+    )
+    prob = build_probability_predictor(model, train_cfg, device="cpu")([image])[0]
+    assert prob.shape[1:] == image.shape[:2]  # the original resolution
+    stats = per_image_stats(prob.argmax(0).numpy(), truth)
+    row = real_rows[0]
+    for key in ("pixels", "correct", "tp", "fp", "fn"):
+        assert int(row[key]) == stats[key], key
+    for key, ref in (("pixel_acc", "pixel_acc"), ("iou", "iou_person"), ("bf_2", "boundary_f@2")):
+        value = float(row[key])
+        assert (math.isnan(value) and math.isnan(stats[ref])) or value == pytest.approx(
+            stats[ref], abs=1e-6
+        ), key
+
+
+class PixelModel(nn.Module):
+    """An oracle with a known symmetry: logits from a fixed convolution of the input."""
+
+    def __init__(self, kernel: int = 1, symmetric: bool = True) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 2, kernel, padding=kernel // 2)
+        if symmetric:  # mirror-symmetric kernels make the model flip-equivariant
+            with torch.no_grad():
+                self.conv.weight.copy_((self.conv.weight + self.conv.weight.flip(-1)) / 2)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"out": self.conv(x) * 4}
+
+
+@pytest.fixture
+def photos(shared_datasets: Path) -> list[np.ndarray]:
+    names = ("1.jpg", "3.jpg")  # two sizes and orientations
+    return [read_image(shared_datasets / "vikram_human_seg/Training_Images" / n) for n in names]
+
+
+def probabilities(model: nn.Module, photos: list[np.ndarray], **kwargs) -> list[torch.Tensor]:
+    cfg = compose_config(["aug.eval_size=[96,80]"])
+    predictor: ProbabilityPredictor = build_probability_predictor(model, cfg, "cpu", **kwargs)
+    return predictor(photos)
+
+
+def test_flip_tta_is_a_no_op_for_a_flip_equivariant_oracle(photos: list[np.ndarray]) -> None:
+    model = PixelModel(kernel=3, symmetric=True)
+    plain, flipped = probabilities(model, photos), probabilities(model, photos, flip=True)
+    for a, b, photo in zip(plain, flipped, photos, strict=True):
+        assert a.shape == (2, *photo.shape[:2])
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    # ... and does average with the mirror image for a model without the symmetry.
+    skewed = PixelModel(kernel=3, symmetric=False)
+    a, b = probabilities(skewed, photos)[0], probabilities(skewed, photos, flip=True)[0]
+    assert (a - b).abs().max() > 1e-3
+
+
+def test_sliding_windows(photos: list[np.ndarray]) -> None:
+    model = PixelModel(kernel=3)
+    plain = probabilities(model, photos)
+    whole = probabilities(model, photos, window=[200, 200], stride=[50, 50])
+    for a, b in zip(plain, whole, strict=True):
+        assert torch.equal(a, b)  # a window >= the input is the plain inference
+    pointwise = PixelModel(kernel=1)  # translation-equivariant: overlaps average equal logits
+    plain = probabilities(pointwise, photos)
+    tiles = probabilities(pointwise, photos, window=[40, 32], stride=[25, 20])
+    for a, b in zip(plain, tiles, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_multi_scale_averages_the_probabilities_of_each_scale(photos: list[np.ndarray]) -> None:
+    model = PixelModel(kernel=3)
+    both = probabilities(model, photos, scales=[0.5, 1.25])
+    small = probabilities(model, photos, scales=[0.5])
+    large = probabilities(model, photos, scales=[1.25])
+    for b, s, g in zip(both, small, large, strict=True):
+        torch.testing.assert_close(b, (s + g) / 2, rtol=0, atol=1e-6)
+        torch.testing.assert_close(b.sum(0), torch.ones_like(b[0]))
+
+
+def test_an_image_without_person_has_nan_iou_written_nan(tmp_path: Path) -> None:
+    metrics = SegMetrics()
+    metrics.update(torch.zeros(1, 4, 5, dtype=torch.long), torch.zeros(1, 4, 5, dtype=torch.long))
+    row = image_row("empty", "folder", (4, 5), metrics)
+    assert (row["pixels"], row["correct"], row["pixel_acc"]) == (20, 20, 1.0)
+    assert math.isnan(row["iou"]) and row["person_fraction"] == 0.0
+    lines = write_csv(tmp_path / "per_image.csv", [row]).read_text().splitlines()
+    assert lines[1] == "empty,folder,4,5,20,20,0,0,0,1.000000,nan,0.000000,1.000000,1.000000"
+    assert json.loads(json.dumps(json_safe({"iou": row["iou"], "acc": 1.0}))) == {
+        "iou": None,
+        "acc": 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("data.root=/x", "data=NAME"),
+        ("split=dev", "split='dev' is invalid"),
+        ("slide.stride=[8,8]", "slide.stride"),
+        ("scales=[0]", "scales"),
+        ("eval_size=[64]", "eval_size"),
+    ],
+)
+def test_bad_options_name_the_key(override: str, match: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(match)):
+        compose_eval_config(["checkpoint=x.pt", override])
+
+
+def test_typos_fail_when_composing() -> None:
+    with pytest.raises(ConfigCompositionException, match="scals"):
+        compose_eval_config(["checkpoint=x.pt", "scals=[1.0]"])
+    with pytest.raises(ConfigCompositionException, match=r"'flop', expected one of \[flip\]"):
+        compose_eval_config(["checkpoint=x.pt", "tta=[flop]"])
+
+
+@pytest.mark.slow
+def test_two_processes_count_every_image_once(
+    checkpoint: Path, shared_datasets: Path, tmp_path: Path
+) -> None:
+    """torchrun, 2 gloo ranks: the shards' summed counts equal one process's, row for row."""
+    data = make_folder_subset(shared_datasets, tmp_path / "data")  # 9 images: shards of 5 + 4
+    base = [f"checkpoint={checkpoint}", "data=folder", f"data.root={data}", "split=all"]
+    base += ["num_workers=0", "progress=false", "device=cpu", "worst=3"]
+    one = run_evaluation(compose_eval_config([*base, f"out={tmp_path / 'one'}"]))
+    cmd = [*torchrun(), "--standalone", "--nproc_per_node=2", str(REPO / "scripts/evaluate.py")]
+    out = subprocess.run(
+        [*cmd, *base, f"out={tmp_path / 'two'}"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert two["world_size"] == 2 and two["confusion"] == one["confusion"]
+    assert two["overall"] == one["overall"]
+    assert (tmp_path / "two/per_image.csv").read_text() == (
+        tmp_path / "one/per_image.csv"
+    ).read_text()
