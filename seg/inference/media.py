@@ -72,6 +72,10 @@ def temp_beside(final: Path) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=final.suffix, dir=final.parent)
     os.close(fd)
+    # mkstemp makes the file private (0600); outputs get the usual permissions instead.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     return Path(tmp)
 
 
