@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seg.evaluation.report import CSV_COLUMNS
+
 try:
     import matplotlib.pyplot as plt
     import pandas as pd
@@ -28,23 +30,8 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     ) from err
 
 TARGET_PIXEL_ACC = 0.88
-# The header of an evaluation's per_image.csv (scripts/evaluate.py).
-PER_IMAGE_COLUMNS = (
-    "name",
-    "source",
-    "height",
-    "width",
-    "pixels",
-    "correct",
-    "tp",
-    "fp",
-    "fn",
-    "pixel_acc",
-    "iou",
-    "person_fraction",
-    "bf_2",
-    "bf_5",
-)
+# The header of an evaluation's per_image.csv, as scripts/evaluate.py writes it.
+PER_IMAGE_COLUMNS = CSV_COLUMNS
 # Multi-column nets named by their number of columns, as in configs/exp/.
 VARIANTS = {1: "single_column", 2: "dual_channel"}
 

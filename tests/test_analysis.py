@@ -233,12 +233,6 @@ def test_per_image_csv_and_its_tables(tmp_path: Path) -> None:
         assert sum(len(ax.collections) for ax in fig.axes) >= 2  # a scatter per source
 
 
-def test_per_image_columns_are_the_evaluations() -> None:
-    from seg.evaluation.report import CSV_COLUMNS
-
-    assert analysis.PER_IMAGE_COLUMNS == CSV_COLUMNS
-
-
 def test_per_image_csv_with_missing_columns_is_named(tmp_path: Path) -> None:
     (tmp_path / "per_image.csv").write_text("name,source,iou\nx,a,0.5\n")
     with pytest.raises(ValueError, match=r"per_image\.csv: missing columns \['height'"):
