@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from seg.config import register_configs
+from seg.data.download import DatasetNotFoundError, DownloadError
 from seg.engine.launch import hydra_overrides
 from seg.engine.train import train
 
@@ -23,7 +24,11 @@ from seg.engine.train import train
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
 def main(cfg: DictConfig) -> float:
     """Return the final pixel accuracy (what a Hydra sweeper would optimise)."""
-    return train(cfg)["val/pixel_acc"]
+    try:
+        return train(cfg)["val/pixel_acc"]
+    except (DownloadError, DatasetNotFoundError) as err:
+        # Missing data is the user's to fix: say what to do, without a traceback.
+        raise SystemExit(f"error: {err}") from None
 
 
 if __name__ == "__main__":
