@@ -1,0 +1,103 @@
+"""The data pipeline: how fast the real training set is loaded and augmented, and how much of a
+real training step waits for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from seg.benchmark.models import ModelBenchSettings, autocast, load_model_config, training_loss
+from seg.benchmark.timing import sync
+from seg.config import AugConfig, DataConfig
+from seg.data import build_dataset, build_loader
+from seg.data.transforms import build_train_transform
+from seg.engine.monitor import WaitClock
+from seg.models import build_model
+
+
+def _endless(loader: torch.utils.data.DataLoader) -> Iterator[dict[str, Any]]:
+    while True:
+        yield from loader
+
+
+def loader_throughput(
+    data: DataConfig,
+    aug: AugConfig,
+    batch: int,
+    num_workers: int,
+    max_batches: int = 30,
+    seconds: float = 8.0,
+) -> dict[str, Any]:
+    """Samples/s of the training split with the full training transform at ``aug.crop_size``,
+    loaded by ``num_workers`` workers (0: in the main process). The first batch (worker start)
+    is not timed; per worker means per loading process."""
+    dataset = build_dataset(data, "train", build_train_transform(aug, seed=0))
+    loader = build_loader(dataset, batch, train=True, num_workers=num_workers, pin_memory=False)
+    batches = _endless(loader)
+    next(batches)
+    count, start = 0, time.perf_counter()
+    while count < max_batches and (count == 0 or time.perf_counter() - start < seconds):
+        next(batches)
+        count += 1
+    elapsed = time.perf_counter() - start
+    del batches, loader  # shuts the persistent workers down
+    samples_per_s = count * batch / elapsed
+    return {
+        "num_workers": num_workers,
+        "samples_per_s": samples_per_s,
+        "samples_per_s_per_worker": samples_per_s / max(num_workers, 1),
+        "batches": count,
+        "dataset_size": len(dataset),
+    }
+
+
+def data_wait_share(
+    model_name: str,
+    data: DataConfig,
+    aug: AugConfig,
+    num_workers: int,
+    s: ModelBenchSettings,
+    warmup: int = 2,
+) -> dict[str, Any]:
+    """A short real training loop (``model_name``, batch ``s.batch``, crops at
+    ``aug.crop_size``, SGD) on the training split: img/s and the share of its wall time spent
+    waiting for the next batch (the engine's ``perf/data_wait_fraction``); ``s.precision``
+    as in the model table."""
+    cfg = load_model_config(model_name, s.device, s.channels_last)
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    device = model.devices[0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    dataset = build_dataset(data, "train", build_train_transform(aug, seed=0))
+    loader = build_loader(dataset, s.batch, train=True, num_workers=num_workers)
+    clock = WaitClock()
+    steps, start = 0, 0.0
+    for i, batch in enumerate(clock.wrap(_endless(loader))):
+        if i == warmup:  # worker start-up and first steps are not timed
+            sync(device)
+            clock.take()
+            start = time.perf_counter()
+        elif i > warmup:
+            steps += 1
+            if steps >= s.steps or time.perf_counter() - start >= s.seconds:
+                break
+        images = batch["image"].to(device, non_blocking=True)
+        masks = batch["mask"].to(device, non_blocking=True).long()
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, s.precision):
+            out = model(images)
+        training_loss(out, masks, cfg.aux_weight).backward()
+        optimizer.step()
+    sync(device)
+    elapsed = time.perf_counter() - start
+    del loader
+    return {
+        "model": model_name,
+        "num_workers": num_workers,
+        "train_img_per_s": steps * s.batch / elapsed,
+        "data_wait_fraction": min(1.0, clock.take() / elapsed),
+        "steps": steps,
+    }

@@ -1,0 +1,210 @@
+"""Model speed: training throughput, inference latency, FLOPs and peak memory of a model config.
+
+Each model is measured in a fresh process (``measure_model_isolated``) so that its peak memory
+is its own: the peak resident set of that process while it builds, trains and runs the model,
+minus its resident set just before (weights, activations, gradients, optimiser state and
+allocator caches); on CUDA, ``torch.cuda.max_memory_allocated``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from seg.benchmark.timing import time_calls
+from seg.config import CONFIG_DIR, compose_config
+from seg.data.io import IGNORE_INDEX
+from seg.models import build_model, num_columns
+from seg.models.config import ModelConfig
+
+PRECISIONS = {"32": None, "bf16": torch.bfloat16}
+
+
+@dataclass
+class ModelBenchSettings:
+    """What every model is measured with: batch, input (H, W), device, precision ("32" or
+    "bf16" autocast), threads (None: torch's default), and the step and time budgets."""
+
+    batch: int = 8
+    size: tuple[int, int] = (256, 256)
+    device: str = "cpu"
+    precision: str = "32"
+    channels_last: bool = True
+    threads: int | None = None
+    warmup: int = 2
+    steps: int = 20
+    seconds: float = 8.0
+    infer_batches: list[int] = field(default_factory=lambda: [1, 8])
+    infer_calls: int = 10
+    infer_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r}; valid: {list(PRECISIONS)}")
+        if self.batch < 2:
+            raise ValueError(f"batch must be >= 2 (BatchNorm in training), got {self.batch}")
+
+
+def model_config_names() -> list[str]:
+    """The names of configs/model/*.yaml."""
+    return sorted(p.stem for p in (CONFIG_DIR / "model").glob("*.yaml"))
+
+
+def check_model_names(names: list[str]) -> None:
+    """Raise ValueError naming unknown model configs and the valid ones."""
+    unknown = sorted(set(names) - set(model_config_names()))
+    if unknown:
+        raise ValueError(f"unknown model config(s) {unknown}; valid: {model_config_names()}")
+
+
+def load_model_config(name: str, device: str, channels_last: bool) -> ModelConfig:
+    """configs/model/<name>.yaml with every column on ``device``."""
+    cfg = compose_config([f"model={name}"]).model
+    cfg.devices = [device] * num_columns(cfg)
+    cfg.channels_last = channels_last
+    return cfg
+
+
+def training_loss(out: dict[str, Any], target: torch.Tensor, aux_weight: float) -> torch.Tensor:
+    """Cross-entropy on the main logits plus weighted auxiliary terms, as a trainer would;
+    ``target`` (B, H, W) may hold the ignore index (padding of augmented crops)."""
+    loss = F.cross_entropy(out["out"].float(), target, ignore_index=IGNORE_INDEX)
+    for aux in out["aux"]:
+        loss = loss + aux_weight * F.cross_entropy(aux.float(), target, ignore_index=IGNORE_INDEX)
+    return loss
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast for ``precision="bf16"``, else nothing."""
+    dtype = PRECISIONS[precision]
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def count_train_flops(model: torch.nn.Module, size: tuple[int, int]) -> int:
+    """FLOPs of a training step (forward + backward) per image: 3x the training-mode forward.
+
+    Backward costs two forwards (input and weight gradients). It is not counted directly
+    because FlopCounterMode ignores ``groups`` in the weight gradient of a convolution
+    (torch 2.14; pytorch/pytorch#183405), overcounting depthwise layers by their width. The
+    batch is 2: BatchNorm on 1x1 maps needs more than one value per channel when training.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(2, 3, *size, device=model.devices[0])
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(x)
+    return 3 * counter.get_total_flops() // 2
+
+
+def _proc_status_kib(key: str) -> int | None:
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return None
+
+
+def reset_peak_rss() -> int:
+    """Reset this process's peak resident set (Linux: ``/proc/self/clear_refs``) and return the
+    baseline, in bytes, that a later ``peak_rss()`` is compared with: the current RSS after a
+    reset, else the peak so far (``ru_maxrss``), which hides peaks below it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # 5: reset VmHWM to the current RSS
+        return 1024 * (_proc_status_kib("VmRSS") or 0)
+    except OSError:
+        return peak_rss()
+
+
+def peak_rss() -> int:
+    """This process's peak resident set, bytes (VmHWM on Linux, else ``ru_maxrss``)."""
+    hwm = _proc_status_kib("VmHWM")
+    if hwm is not None:
+        return 1024 * hwm
+    import resource  # not on Windows
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak * (1 if sys.platform == "darwin" else 1024)
+
+
+def measure_training(
+    model: torch.nn.Module, aux_weight: float, s: ModelBenchSettings
+) -> dict[str, Any]:
+    """Forward + backward + SGD steps on random (batch, 3, H, W) inputs: img/s and steps."""
+    device = model.devices[0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(s.batch, 3, *s.size, device=device)
+    target = torch.randint(0, 2, (s.batch, *s.size), device=device)
+    model.train()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, s.precision):
+            out = model(x)
+        training_loss(out, target, aux_weight).backward()
+        optimizer.step()
+
+    steps, elapsed = time_calls(step, device, s.warmup, s.steps, s.seconds)
+    return {"train_img_per_s": steps * s.batch / elapsed, "train_steps": steps}
+
+
+def measure_inference(
+    model: torch.nn.Module, batch: int, s: ModelBenchSettings
+) -> dict[str, float | int]:
+    """Eval-mode, no-grad forward latency in ms per image at ``batch`` (and the calls timed)."""
+    device = model.devices[0]
+    x = torch.randn(batch, 3, *s.size, device=device)
+    model.eval()
+
+    def forward() -> None:
+        with torch.no_grad(), autocast(device, s.precision):
+            model(x)
+
+    calls, elapsed = time_calls(forward, device, 1, s.infer_calls, s.infer_seconds)
+    return {"ms_per_img": 1000 * elapsed / (calls * batch), "calls": calls}
+
+
+def measure_model(name: str, s: ModelBenchSettings) -> dict[str, Any]:
+    """One row of the model table: params, train GFLOP/img, train img/s, achieved GFLOP/s,
+    inference ms/img per batch, and peak memory (bytes; see the module docstring)."""
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
+    cfg = load_model_config(name, s.device, s.channels_last)
+    torch.manual_seed(0)
+    rss_before = reset_peak_rss()
+    model = build_model(cfg)
+    device = model.devices[0]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    flops = count_train_flops(model.train(), s.size)
+    row: dict[str, Any] = {
+        "model": name,
+        "params": sum(p.numel() for p in model.parameters()),
+        "train_gflops_per_img": flops / 1e9,
+        **measure_training(model, cfg.aux_weight, s),
+    }
+    row["achieved_gflops_per_s"] = row["train_gflops_per_img"] * row["train_img_per_s"]
+    row["inference"] = {str(b): measure_inference(model, b, s) for b in s.infer_batches}
+    if device.type == "cuda":
+        row["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
+        row["peak_mem_kind"] = "cuda max_memory_allocated"
+    else:
+        row["peak_mem_bytes"] = peak_rss() - rss_before
+        row["peak_mem_kind"] = "peak RSS increase while measuring"
+    row["threads"] = torch.get_num_threads()
+    return row
+
+
+def measure_model_isolated(name: str, s: ModelBenchSettings) -> dict[str, Any]:
+    """``measure_model`` in a fresh spawned process, so that peak memory is this model's own."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(measure_model, name, s).result()

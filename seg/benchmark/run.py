@@ -1,0 +1,155 @@
+"""Run the chosen benchmark sections and collect their results as one JSON-ready dict."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seg.benchmark.data import data_wait_share, loader_throughput
+from seg.benchmark.limits import measure_limits
+from seg.benchmark.models import (
+    PRECISIONS,
+    ModelBenchSettings,
+    check_model_names,
+    measure_model,
+    measure_model_isolated,
+    model_config_names,
+)
+from seg.benchmark.scaling import cpu_cores, measure_scaling
+from seg.config import compose_config
+from seg.data.download import DatasetNotFoundError
+
+log = logging.getLogger(__name__)
+
+SECTIONS = ("limits", "models", "data", "scaling")
+
+
+@dataclass
+class BenchmarkOptions:
+    """Everything one benchmark run needs; ``models=None`` means every configs/model/*.yaml."""
+
+    settings: ModelBenchSettings = field(default_factory=ModelBenchSettings)
+    sections: list[str] = field(default_factory=lambda: list(SECTIONS))
+    models: list[str] | None = None
+    isolate: bool = True  # each model in a fresh process (its own peak memory)
+    limit_seconds: float = 3.0
+    data_root: str | None = None  # default: $SEG_DATA_DIR, else the config's data.root
+    data_workers: list[int] = field(default_factory=lambda: [0, 2])
+    data_seconds: float = 8.0
+    data_model: str = "dual_channel"  # whose consumption the data pipeline must keep up with
+    data_steps: int = 20  # timed steps of the real training loop (or data_seconds)
+    scaling_model: str = "dual_channel"
+    scaling_steps: int = 10
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.sections) - set(SECTIONS))
+        if bad:
+            raise ValueError(f"unknown section(s) {bad}; valid: {list(SECTIONS)}")
+        check_model_names([*(self.models or []), self.data_model, self.scaling_model])
+        if any(w < 0 for w in self.data_workers):
+            raise ValueError(f"data_workers must be >= 0, got {self.data_workers}")
+
+
+def machine_info(device: str) -> dict[str, Any]:
+    """CPU model, cores, torch version and, on CUDA, the GPUs."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [
+            ln.split(":", 1)[1].strip()
+            for ln in cpuinfo.read_text().splitlines()
+            if ln.startswith("model name")
+        ]
+        cpu = names[0] if names else cpu
+    info = {
+        "cpu": cpu,
+        "cores": cpu_cores(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def run_models(opts: BenchmarkOptions) -> list[dict[str, Any]]:
+    """The model table's rows, in ``opts.models`` order."""
+    measure = measure_model_isolated if opts.isolate else measure_model
+    rows = []
+    for name in opts.models or model_config_names():
+        rows.append(measure(name, opts.settings))
+        if opts.isolate:
+            rows[-1]["peak_mem_kind"] += " (fresh process per model)"
+        log.info("%s: %.2f train img/s", name, rows[-1]["train_img_per_s"])
+    return rows
+
+
+def run_data(opts: BenchmarkOptions, models: list[dict[str, Any]]) -> dict[str, Any]:
+    """Loader samples/s per worker count, the training consumption it must match, and the data
+    wait share of a short real training loop. Skipped (with the reason) without the data."""
+    overrides = ["data=human_mix", "data.download=false"]
+    overrides += [f"data.root={opts.data_root}"] if opts.data_root else []
+    cfg = compose_config(overrides)
+    s = opts.settings
+    try:
+        loaders = [
+            loader_throughput(cfg.data, cfg.aug, s.batch, w, seconds=opts.data_seconds)
+            for w in opts.data_workers
+        ]
+    except DatasetNotFoundError as err:
+        return {"skipped": f"no training data: {err}".splitlines()[0]}
+    loop = replace(s, steps=opts.data_steps, seconds=opts.data_seconds)
+    wait = data_wait_share(opts.data_model, cfg.data, cfg.aug, max(opts.data_workers), loop)
+    # The consumer: the model table's random-input rate, else this real loop's rate.
+    consumed = {r["model"]: r["train_img_per_s"] for r in models}.get(opts.data_model)
+    size = list(s.size) if consumed is not None else list(cfg.aug.crop_size)
+    consumed = wait["train_img_per_s"] if consumed is None else consumed
+    for row in loaders:
+        row["data_bound"] = row["samples_per_s"] < consumed
+        # Loading processes needed to feed the consumer at this per-process rate.
+        row["workers_needed"] = consumed / row["samples_per_s_per_worker"]
+    return {
+        "crop_size": list(cfg.aug.crop_size),
+        "batch": s.batch,
+        "consumer": opts.data_model,
+        "consumer_img_per_s": consumed,
+        "consumer_size": size,
+        "loaders": loaders,
+        "training_loop": wait,
+    }
+
+
+def run_benchmark(opts: BenchmarkOptions) -> dict[str, Any]:
+    """Run ``opts.sections`` in order (limits, models, data, scaling); returns their results,
+    the machine, the settings and the wall time."""
+    s = opts.settings
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
+    start = time.perf_counter()
+    result: dict[str, Any] = {"machine": machine_info(s.device), "options": asdict(opts)}
+    device = torch.device(s.device)
+    if "limits" in opts.sections:
+        dtype = PRECISIONS[s.precision] or torch.float32
+        result["limits"] = measure_limits(device, dtype, opts.limit_seconds)
+        log.info(
+            "limits: %s", {k: round(v["gflops_per_s"], 1) for k, v in result["limits"].items()}
+        )
+    if "models" in opts.sections:
+        result["models"] = run_models(opts)
+        conv = result.get("limits", {}).get("conv3x3", {}).get("gflops_per_s")
+        for row in result["models"]:
+            row["conv_limit_fraction"] = row["achieved_gflops_per_s"] / conv if conv else None
+    if "data" in opts.sections:
+        result["data"] = run_data(opts, result.get("models", []))
+        log.info("data: %s", result["data"].get("skipped", "done"))
+    if "scaling" in opts.sections:
+        scaling = replace(s, steps=opts.scaling_steps, warmup=min(s.warmup, 2))
+        result["scaling"] = measure_scaling(opts.scaling_model, scaling)
+    result["wall_s"] = time.perf_counter() - start
+    return result

@@ -1,0 +1,109 @@
+"""The benchmark results (``seg.benchmark.run.run_benchmark``) as plain-text tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_machine(result: dict[str, Any]) -> str:
+    m, s = result["machine"], result["options"]["settings"]
+    lines = [
+        f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['threads']} threads"
+        + (f", GPUs {m['gpus']}" if m.get("gpus") else ""),
+        f"settings: device {s['device']}, precision {s['precision']}, batch {s['batch']}, "
+        f"{s['size'][0]}x{s['size'][1]}, channels_last={s['channels_last']}",
+    ]
+    return "\n".join(lines)
+
+
+def format_limits(limits: dict[str, dict[str, Any]]) -> str:
+    lines = ["machine limits", f"  {'kernel':<58} {'GFLOP/s':>9} {'calls':>6}"]
+    for row in limits.values():
+        lines.append(f"  {row['name']:<58} {row['gflops_per_s']:>9.1f} {row['calls']:>6}")
+    return "\n".join(lines)
+
+
+def format_models(rows: list[dict[str, Any]]) -> str:
+    batches = list(rows[0]["inference"]) if rows else []
+    head = (
+        f"  {'model':<29} {'params':>10} {'GFLOP/img':>9} {'img/s':>7} {'GFLOP/s':>8} "
+        f"{'%conv':>6} {'steps':>5}"
+    )
+    head += "".join(f" {'ms/img@' + b:>10}" for b in batches) + f" {'peak MB':>8}"
+    lines = ["models (training: forward + backward + SGD step; inference: eval, no_grad)", head]
+    for r in rows:
+        frac = r.get("conv_limit_fraction")
+        line = (
+            f"  {r['model']:<29} {r['params']:>10,} {r['train_gflops_per_img']:>9.2f} "
+            f"{r['train_img_per_s']:>7.2f} {r['achieved_gflops_per_s']:>8.1f} "
+            f"{_f(None if frac is None else 100 * frac, '.1f'):>6} {r['train_steps']:>5}"
+        )
+        line += "".join(f" {r['inference'][b]['ms_per_img']:>10.1f}" for b in batches)
+        lines.append(line + f" {r['peak_mem_bytes'] / 2**20:>8.0f}")
+    if rows:
+        lines.append(
+            f"  steps: timed training steps; %conv: achieved GFLOP/s over the conv3x3 limit; "
+            f"peak MB: {rows[0]['peak_mem_kind']}"
+        )
+    return "\n".join(lines)
+
+
+def format_data(data: dict[str, Any]) -> str:
+    if "skipped" in data:
+        return f"data pipeline: skipped ({data['skipped']})"
+    crop = "x".join(map(str, data["crop_size"]))
+    consumer = f"{data['consumer']} {data['consumer_img_per_s']:.1f} img/s at "
+    consumer += "x".join(map(str, data["consumer_size"]))
+    lines = [
+        f"data pipeline (human_mix train, full train transform, {crop} crops, batch "
+        f"{data['batch']}; training consumes: {consumer})",
+        f"  {'workers':>7} {'samples/s':>10} {'per worker':>11} {'data-bound?':>12} "
+        f"{'workers needed':>15}",
+    ]
+    for r in data["loaders"]:
+        bound = "yes" if r["data_bound"] else "no"
+        lines.append(
+            f"  {r['num_workers']:>7} {r['samples_per_s']:>10.1f} "
+            f"{r['samples_per_s_per_worker']:>11.1f} {bound:>12} "
+            f"{r['workers_needed']:>15.2f}"
+        )
+    w = data["training_loop"]
+    lines.append(
+        f"  real training loop ({w['model']}, {w['num_workers']} workers, {w['steps']} steps): "
+        f"{w['train_img_per_s']:.1f} img/s, {100 * w['data_wait_fraction']:.1f}% of step time "
+        "waiting for data"
+    )
+    return "\n".join(lines)
+
+
+def format_scaling(scaling: dict[str, Any]) -> str:
+    lines = [
+        f"scaling ({scaling['model']}, batch {scaling['batch_per_process']} per process; "
+        f"{scaling['note']})",
+        f"  {'processes':>9} {'backend':>7} {'threads':>7} {'img/s':>8} {'ratio':>6} {'steps':>5}",
+    ]
+    for r in scaling["rows"]:
+        lines.append(
+            f"  {r['processes']:>9} {r['backend']:>7} {_f(r['threads_per_process'], 'd'):>7} "
+            f"{r['img_per_s']:>8.2f} {r['ratio_to_1']:>6.2f} {r['steps']:>5}"
+        )
+    return "\n".join(lines)
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """All measured sections, machine first, as text tables."""
+    parts = [format_machine(result)]
+    if "limits" in result:
+        parts.append(format_limits(result["limits"]))
+    if "models" in result:
+        parts.append(format_models(result["models"]))
+    if "data" in result:
+        parts.append(format_data(result["data"]))
+    if "scaling" in result:
+        parts.append(format_scaling(result["scaling"]))
+    parts.append(f"wall time {result['wall_s']:.0f} s")
+    return "\n\n".join(parts)

@@ -1,0 +1,173 @@
+"""The benchmark (seg/benchmark, scripts/benchmark.py) at tiny sizes: every section returns sane
+numbers in the documented structure, the tables show them, and bad options fail with the valid
+choices. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from seg.benchmark.data import data_wait_share, loader_throughput
+from seg.benchmark.limits import conv_gflops, gemm_gflops
+from seg.benchmark.models import (
+    ModelBenchSettings,
+    measure_model,
+    measure_model_isolated,
+    model_config_names,
+)
+from seg.benchmark.run import BenchmarkOptions, run_benchmark
+from seg.benchmark.scaling import measure_scaling
+from seg.benchmark.tables import format_report
+from seg.benchmark.timing import time_calls
+from seg.config import compose_config
+
+REPO = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+
+
+def tiny(**changes: object) -> ModelBenchSettings:
+    """Batch 2 at 32x32, one timed step, one inference call per batch size."""
+    base = dict(batch=2, size=(32, 32), warmup=0, steps=1, seconds=0.01)
+    base.update(infer_batches=[1, 2], infer_calls=1, infer_seconds=0.01, threads=None)
+    return ModelBenchSettings(**{**base, **changes})
+
+
+def test_time_calls_counts_within_its_budget() -> None:
+    calls = []
+    timed, elapsed = time_calls(lambda: calls.append(1), CPU, 2, 3, 10.0)
+    assert timed == 3 and len(calls) == 5 and elapsed > 0
+    timed, _ = time_calls(lambda: None, CPU, 0, 10, 0.0)  # no budget: still one call
+    assert timed == 1
+
+
+def test_limits_return_positive_gflops() -> None:
+    gemm = gemm_gflops(CPU, n=64, seconds=0.01)
+    conv = conv_gflops(CPU, channels=8, size=(16, 16), batch=2, seconds=0.01)
+    for row in (gemm, conv):
+        assert row["gflops_per_s"] > 0 and row["calls"] >= 1
+    assert "64x64x64" in gemm["name"] and "channels_last" in conv["name"]
+
+
+def test_measure_model_row() -> None:
+    row = measure_model("single_column", tiny())
+    assert row["model"] == "single_column" and row["params"] > 0
+    assert row["train_gflops_per_img"] > 0 and row["train_img_per_s"] > 0
+    assert row["train_steps"] == 1
+    assert row["achieved_gflops_per_s"] == pytest.approx(
+        row["train_gflops_per_img"] * row["train_img_per_s"]
+    )
+    assert set(row["inference"]) == {"1", "2"}
+    assert all(r["ms_per_img"] > 0 and r["calls"] == 1 for r in row["inference"].values())
+    assert row["peak_mem_bytes"] >= 0 and "RSS" in row["peak_mem_kind"]
+
+
+def test_bad_settings_and_options_name_the_valid_choices() -> None:
+    with pytest.raises(ValueError, match=r"precision 'fp8'; valid: \['32', 'bf16'\]"):
+        tiny(precision="fp8")
+    with pytest.raises(ValueError, match="batch must be >= 2"):
+        tiny(batch=1)
+    with pytest.raises(ValueError, match=r"unknown section\(s\) \['speed'\]; valid"):
+        BenchmarkOptions(sections=["speed"])
+    with pytest.raises(ValueError, match=r"unknown model config\(s\) \['nope'\]; valid: .*unet"):
+        BenchmarkOptions(models=["nope"])
+
+
+def test_run_benchmark_limits_and_models_tables() -> None:
+    opts = BenchmarkOptions(
+        settings=tiny(), sections=["limits", "models"], models=["unet"], isolate=False
+    )
+    opts.limit_seconds = 0.01
+    result = run_benchmark(opts)
+    json.dumps(result)  # the --json output
+    assert set(result["limits"]) == {"gemm", "conv3x3"}
+    (row,) = result["models"]
+    conv = result["limits"]["conv3x3"]["gflops_per_s"]
+    assert row["conv_limit_fraction"] == pytest.approx(row["achieved_gflops_per_s"] / conv)
+    assert "data" not in result and "scaling" not in result
+    text = format_report(result)
+    for expected in ("machine limits", "conv3x3 64->64", "ms/img@1", "ms/img@2", "unet"):
+        assert expected in text
+    assert f"torch {torch.__version__}" in text
+
+
+def test_data_section_is_skipped_without_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+    opts = BenchmarkOptions(settings=tiny(), sections=["data"], data_root=str(tmp_path))
+    result = run_benchmark(opts)
+    assert "not found" in result["data"]["skipped"]
+    assert "data pipeline: skipped" in format_report(result)
+
+
+def test_data_pipeline_on_real_files(data_env: Path) -> None:
+    cfg = compose_config(["data=vikram_human_seg", "data.download=false", "aug.crop_size=[64,48]"])
+    row = loader_throughput(cfg.data, cfg.aug, batch=2, num_workers=0, max_batches=1)
+    assert row["samples_per_s"] > 0 and row["batches"] == 1 and row["dataset_size"] > 2
+    assert row["samples_per_s_per_worker"] == row["samples_per_s"]
+    loop = data_wait_share(
+        "single_column", cfg.data, cfg.aug, 0, tiny(steps=2, seconds=60), warmup=1
+    )
+    assert loop["steps"] == 2 and loop["train_img_per_s"] > 0
+    assert 0 <= loop["data_wait_fraction"] <= 1
+
+
+def test_data_section_compares_loading_with_consumption(data_env: Path) -> None:
+    opts = BenchmarkOptions(
+        settings=tiny(seconds=60), sections=["data"], data_workers=[0], data_model="single_column"
+    )
+    opts.data_seconds, opts.data_steps = 60.0, 1
+    data = run_benchmark(opts)["data"]
+    # Without the model table the consumer is the real loop itself, at the training crop.
+    assert data["consumer_img_per_s"] == data["training_loop"]["train_img_per_s"]
+    assert data["consumer_size"] == data["crop_size"] == [256, 192]
+    (row,) = data["loaders"]
+    assert row["data_bound"] == (row["samples_per_s"] < data["consumer_img_per_s"])
+    assert row["workers_needed"] == pytest.approx(data["consumer_img_per_s"] / row["samples_per_s"])
+    assert data["training_loop"]["steps"] == 1
+    assert "workers needed" in format_report({**_empty_result(), "data": data})
+
+
+def _empty_result() -> dict:
+    machine = {"cpu": "x", "cores": 2, "torch": "t", "threads": 2}
+    return {"machine": machine, "options": {"settings": vars(tiny())}, "wall_s": 1.0}
+
+
+def test_bf16_autocast_path_runs_on_cpu() -> None:
+    row = measure_model("single_column", tiny(precision="bf16", infer_batches=[2]))
+    assert row["train_img_per_s"] > 0 and row["inference"]["2"]["ms_per_img"] > 0
+
+
+def test_script_writes_json(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("benchmark", REPO / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "bench.json"
+    args = ["--sections", "models", "--models", "single_column", "--no-isolate", "--batch", "2"]
+    args += ["--size", "32", "32", "--steps", "1", "--warmup", "0", "--seconds", "0.01"]
+    script.main([*args, "--json", str(out)])
+    saved = json.loads(out.read_text())
+    assert [r["model"] for r in saved["models"]] == ["single_column"]
+    assert saved["options"]["settings"]["size"] == [32, 32]
+    with pytest.raises(SystemExit, match="unknown model config"):
+        script.main(["--models", "nope"])
+
+
+def test_every_model_config_is_benchmarked_by_default() -> None:
+    names = model_config_names()
+    assert {"dual_channel", "single_column", "unet", "fcn_resnet50"} <= set(names)
+
+
+@pytest.mark.slow
+def test_isolated_measurement_and_cpu_scaling() -> None:
+    row = measure_model_isolated("single_column", tiny())
+    assert row["train_img_per_s"] > 0 and row["peak_mem_bytes"] > 0
+    scaling = measure_scaling("single_column", tiny(steps=2, warmup=1))
+    assert [r["processes"] for r in scaling["rows"]] == [1, 2]
+    assert [r["backend"] for r in scaling["rows"]] == ["gloo", "gloo"]
+    assert scaling["rows"][0]["ratio_to_1"] == 1.0 and scaling["rows"][1]["img_per_s"] > 0
+    assert "scaling (single_column" in format_report({**_empty_result(), "scaling": scaling})
