@@ -21,28 +21,20 @@ from __future__ import annotations
 import logging
 import sys
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from seg.engine.checkpoint import CheckpointError
+from seg.cli import run_script
 
 log = logging.getLogger("evaluate")
-USER_ERRORS = (HydraException, OmegaConfBaseException, CheckpointError, OSError, ValueError)
 
 
 def main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print(__doc__)
-        return 0
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return run_script("evaluate", __doc__, argv, _evaluate)
+
+
+def _evaluate(argv: list[str]) -> int:
     from seg.evaluation.config import compose_eval_config
     from seg.evaluation.run import run_evaluation
 
-    try:
-        result = run_evaluation(compose_eval_config(argv))
-    except USER_ERRORS as err:
-        log.error("%s", err)
-        return 2
+    result = run_evaluation(compose_eval_config(argv))
     timing = result["timing_s"]
     print(result["table"], flush=True)
     log.info(

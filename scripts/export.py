@@ -20,29 +20,23 @@ import json
 import logging
 import sys
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from seg.engine.checkpoint import CheckpointError, load_model_from_checkpoint
+from seg.cli import run_script
+from seg.engine.checkpoint import load_model_from_checkpoint
 from seg.export import ExportConfig, ExportMismatchError, run_export
 from seg.inference.config import compose_options
 
 log = logging.getLogger("export")
-USER_ERRORS = (HydraException, OmegaConfBaseException, CheckpointError, OSError, ValueError)
 
 
 def main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print(__doc__)
-        return 0
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return run_script("export", __doc__, argv, _export)
+
+
+def _export(argv: list[str]) -> int:
+    cfg = compose_options(ExportConfig, "export_config", argv)
+    model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
     try:
-        cfg = compose_options(ExportConfig, "export_config", argv)
-        model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
         result = run_export(cfg, model, train_cfg)
-    except USER_ERRORS as err:
-        log.error("%s", err)
-        return 2
     except ExportMismatchError as err:
         log.error("%s", err)
         return 1

@@ -30,28 +30,21 @@ from __future__ import annotations
 import logging
 import sys
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from seg.engine.checkpoint import CheckpointError, load_model_from_checkpoint
+from seg.cli import run_script
+from seg.engine.checkpoint import load_model_from_checkpoint
 from seg.inference import compose_predict_config, run_predict
 
 log = logging.getLogger("predict")
-USER_ERRORS = (HydraException, OmegaConfBaseException, CheckpointError, OSError, ValueError)
 
 
 def main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print(__doc__)
-        return 0
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = compose_predict_config(argv)
-        model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
-        summary = run_predict(cfg, model, train_cfg)
-    except USER_ERRORS as err:
-        log.error("%s", err)
-        return 2
+    return run_script("predict", __doc__, argv, _predict)
+
+
+def _predict(argv: list[str]) -> int:
+    cfg = compose_predict_config(argv)
+    model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
+    summary = run_predict(cfg, model, train_cfg)
     log.info(
         "%d image(s), %d video frame(s) on %s -> %d file(s) in %s%s",
         summary["images"],
