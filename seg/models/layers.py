@@ -19,17 +19,20 @@ class ConvBNReLU(nn.Sequential):
 
 
 def resize_to(x: Tensor, size: tuple[int, int] | torch.Size) -> Tensor:
-    """Resize (B,C,h,w) features to (B,C,*size): average pooling down, bilinear up.
+    """Resize (B,C,h,w) features to (B,C,*size): average pooling down, nearest up.
 
     Callers pad their input so that sizes differ by integer factors, where average pooling is
-    exact and anti-aliased (bilinear sampling would skip pixels when shrinking by 4 or more).
+    exact and anti-aliased (bilinear sampling would skip pixels when shrinking by 4 or more)
+    and nearest upsampling replicates each value into its block, as FPN does. The 3x3 conv
+    that follows smooths the blocks; bilinear upsampling of wide channels_last maps cost 3-5x
+    more on the CPU, mostly in its backward (docs/benchmarks.md).
     """
     size = tuple(size)
     if tuple(x.shape[-2:]) == size:
         return x
     if x.shape[-2] >= size[0] and x.shape[-1] >= size[1]:
         return F.adaptive_avg_pool2d(x, size)
-    return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+    return F.interpolate(x, size=size, mode="nearest")
 
 
 def pad_to_multiple(x: Tensor, multiple: int) -> Tensor:

@@ -255,13 +255,15 @@ class MultiColumnSegNet(SegmentationModel):
             [features[j][i].to(home) for j in range(len(features))]
             for i in range(1, len(features[0]))
         ]
-        # Two-channel logits upsample faster on CPUs in NCHW than in channels_last.
-        logits = self.decoder(levels).contiguous()
+        # Two-channel logits upsample faster on CPUs in NCHW than in channels_last, and in
+        # fp32 (under bf16 autocast too: the loss needs fp32 logits, cast here at low
+        # resolution instead of after upsampling).
+        logits = self.decoder(levels).float().contiguous()
         out = F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
         aux = []
         if self.training and self.aux_heads is not None:
             for head, feats in zip(self.aux_heads, features, strict=True):
-                a = head(feats[-1]).to(home).contiguous()
+                a = head(feats[-1]).to(home).float().contiguous()
                 a = F.interpolate(a, size=x.shape[-2:], mode="bilinear", align_corners=False)
                 aux.append(a[..., :height, :width])
         return {"out": out[..., :height, :width], "aux": aux}
