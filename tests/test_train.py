@@ -76,6 +76,21 @@ def test_bf16_autocast_step_on_cpu(data_root: Path, tmp_path: Path) -> None:
     assert result["step"] == 1 and 0 <= result["val/pixel_acc"] <= 1
 
 
+@pytest.mark.slow
+def test_compiled_training_saves_plain_checkpoints(data_root: Path, tmp_path: Path) -> None:
+    """trainer.compile=true trains through torch.compile (inductor) and saves the same keys as
+    an eager run, so evaluation and resuming need no compiler."""
+    run = tmp_path / "run"
+    cfg = [*tiny_overrides(data_root, run), "trainer.max_steps=2", "trainer.compile=true"]
+    result = train(compose_train(cfg))
+    assert result["step"] == 2 and 0 <= result["val/pixel_acc"] <= 1
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+    eager = build_model(compose_config(tiny_overrides(data_root)).model)
+    assert set(ckpt["model"]) == set(eager.state_dict())
+    model, _ = load_model_from_checkpoint(run / "checkpoints" / "last.pt")
+    assert not hasattr(model, "_orig_mod")
+
+
 def test_fp16_needs_cuda() -> None:
     with pytest.raises(ValueError, match=r"precision=16 .*needs a CUDA device"):
         autocast_dtype("16", torch.device("cpu"))

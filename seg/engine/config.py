@@ -50,6 +50,9 @@ class TrainerConfig:
     max_restarts: int = 0  # with devices > 1: restarts of all workers after a failure
     sync_bn: bool = True  # SyncBatchNorm when there is more than one replica (CUDA only)
     deterministic: bool = False  # torch.use_deterministic_algorithms, no cuDNN autotuning
+    # torch.compile the model in place (nn.Module.compile: checkpoints keep their keys). Pays
+    # off on GPUs; on CPU training it measured slower (docs/benchmarks.md).
+    compile: bool = False
     num_workers: int = 4
     eval_every: int = 1  # validate every N epochs (and at the end); 0 = only at the end
     eval_batch_size: int = 8
