@@ -2,6 +2,8 @@
 
     python scripts/benchmark.py                                # all sections, every model config
     python scripts/benchmark.py --sections limits models --models dual_channel unet
+    python scripts/benchmark.py --sections models --models dual_channel dual_channel:compile \\
+        dual_channel:bf16 lraspp_mobilenet_v3_large lraspp_mobilenet_v3_large:bf16
     python scripts/benchmark.py --device cuda --precision bf16 --size 512 512 \\
         --models dual_channel lraspp_mobilenet_v3_large --json bench.json
 
@@ -30,7 +32,13 @@ from seg.benchmark.tables import format_report
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=None, help="configs/model names (all)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        help="configs/model names (all), each with optional ':compile' (torch.compile) and "
+        "':bf16' or ':32' (precision of this row), e.g. dual_channel:bf16",
+    )
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, nargs=2, default=[256, 256], metavar=("H", "W"))

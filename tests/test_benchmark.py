@@ -15,9 +15,11 @@ from seg.benchmark.data import data_wait_share, loader_throughput
 from seg.benchmark.limits import conv_gflops, gemm_gflops
 from seg.benchmark.models import (
     ModelBenchSettings,
+    ModelSpec,
     measure_model,
     measure_model_isolated,
     model_config_names,
+    split_model_spec,
 )
 from seg.benchmark.run import BenchmarkOptions, run_benchmark
 from seg.benchmark.scaling import measure_scaling
@@ -74,6 +76,26 @@ def test_bad_settings_and_options_name_the_valid_choices() -> None:
         BenchmarkOptions(sections=["speed"])
     with pytest.raises(ValueError, match=r"unknown model config\(s\) \['nope'\]; valid: .*unet"):
         BenchmarkOptions(models=["nope"])
+    with pytest.raises(ValueError, match=r"unknown model config\(s\) \['nope'\]"):
+        BenchmarkOptions(models=["unet:compile", "nope:compile"])
+    with pytest.raises(ValueError, match=r"data_model='unet:compile' is not a configs/model name"):
+        BenchmarkOptions(models=["unet:compile"], data_model="unet:compile")
+
+
+def test_model_specs_name_a_config_compilation_and_precision() -> None:
+    assert split_model_spec("dual_channel") == ModelSpec("dual_channel", False, None)
+    assert split_model_spec("dual_channel:compile") == ModelSpec("dual_channel", True, None)
+    assert split_model_spec("unet:bf16:compile") == ModelSpec("unet", True, "bf16")
+    assert BenchmarkOptions(models=["unet", "unet:compile"]).models == ["unet", "unet:compile"]
+    for bad in ("unet:fp8", "unet:bf16:32", "unet:compile:compile"):
+        with pytest.raises(ValueError, match=rf"model spec '{bad}': options .* at most one"):
+            split_model_spec(bad)
+
+
+def test_spec_precision_overrides_the_runs() -> None:
+    row = measure_model("single_column:bf16", tiny())
+    assert row["precision"] == "bf16" and row["model"] == "single_column:bf16"
+    assert measure_model("single_column", tiny())["precision"] == "32"
 
 
 def test_run_benchmark_limits_and_models_tables() -> None:
@@ -92,6 +114,21 @@ def test_run_benchmark_limits_and_models_tables() -> None:
     for expected in ("machine limits", "conv3x3 64->64", "ms/img@1", "ms/img@2", "unet"):
         assert expected in text
     assert f"torch {torch.__version__}" in text
+
+
+def test_each_row_is_compared_with_the_limit_of_its_precision() -> None:
+    opts = BenchmarkOptions(
+        settings=tiny(), sections=["limits", "models"], models=["unet", "unet:bf16"], isolate=False
+    )
+    opts.limit_seconds = 0.01
+    result = run_benchmark(opts)
+    assert set(result["limits"]) == {"gemm", "conv3x3", "gemm:bf16", "conv3x3:bf16"}
+    assert "bfloat16" in result["limits"]["conv3x3:bf16"]["name"]
+    fp32, bf16 = result["models"]
+    for row, key in ((fp32, "conv3x3"), (bf16, "conv3x3:bf16")):
+        conv = result["limits"][key]["gflops_per_s"]
+        assert row["conv_limit_fraction"] == pytest.approx(row["achieved_gflops_per_s"] / conv)
+    assert "unet:bf16" in format_report(result)
 
 
 def test_data_section_is_skipped_without_data(
@@ -171,3 +208,16 @@ def test_isolated_measurement_and_cpu_scaling() -> None:
     assert [r["backend"] for r in scaling["rows"]] == ["gloo", "gloo"]
     assert scaling["rows"][0]["ratio_to_1"] == 1.0 and scaling["rows"][1]["img_per_s"] > 0
     assert "scaling (single_column" in format_report({**_empty_result(), "scaling": scaling})
+
+
+@pytest.mark.slow
+def test_compiled_row_beside_the_eager_one() -> None:
+    """torch.compile (inductor, C++ on the CPU) really runs: same FLOPs, a warm-up that holds
+    the compilation, a timed step."""
+    eager = measure_model("single_column", tiny())
+    compiled = measure_model("single_column:compile", tiny(warmup=1))
+    assert compiled["model"] == "single_column:compile" and compiled["compiled"]
+    assert not eager["compiled"]
+    assert compiled["train_gflops_per_img"] == eager["train_gflops_per_img"]
+    assert compiled["train_img_per_s"] > 0 and compiled["warmup_s"] > 0
+    assert "single_column:compile" in format_report({**_empty_result(), "models": [compiled]})

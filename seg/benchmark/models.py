@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,11 @@ from seg.models import build_model, num_columns
 from seg.models.config import ModelConfig
 
 PRECISIONS = {"32": None, "bf16": torch.bfloat16}
+# A model spec is a configs/model name with optional ":"-separated options, so that variants
+# of one model sit side by side in one table: "compile" measures it after ``model.compile()``
+# (torch.compile, default inductor backend), "bf16" / "32" override the run's precision.
+# E.g. dual_channel, dual_channel:bf16, dual_channel:compile:bf16.
+SPEC_OPTIONS = ("compile", *PRECISIONS)
 
 
 @dataclass
@@ -58,11 +64,36 @@ def model_config_names() -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / "model").glob("*.yaml"))
 
 
-def check_model_names(names: list[str]) -> None:
-    """Raise ValueError naming unknown model configs and the valid ones."""
-    unknown = sorted(set(names) - set(model_config_names()))
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed model spec: config name, compiled?, precision override (None: the run's)."""
+
+    name: str
+    compile: bool = False
+    precision: str | None = None
+
+
+def split_model_spec(spec: str) -> ModelSpec:
+    """``"name[:compile][:bf16|:32]"`` -> :class:`ModelSpec`; unknown options raise ValueError."""
+    name, *options = spec.split(":")
+    bad = [o for o in options if o not in SPEC_OPTIONS]
+    precisions = [o for o in options if o in PRECISIONS]
+    if bad or len(precisions) > 1 or len(set(options)) < len(options):
+        raise ValueError(
+            f"model spec {spec!r}: options {options} are not a subset of {list(SPEC_OPTIONS)} "
+            "with at most one precision"
+        )
+    return ModelSpec(name, "compile" in options, precisions[0] if precisions else None)
+
+
+def check_model_names(specs: list[str]) -> None:
+    """Raise ValueError naming unknown model configs or spec options, and the valid ones."""
+    unknown = sorted({split_model_spec(s).name for s in specs} - set(model_config_names()))
     if unknown:
-        raise ValueError(f"unknown model config(s) {unknown}; valid: {model_config_names()}")
+        raise ValueError(
+            f"unknown model config(s) {unknown}; valid: {model_config_names()}, each "
+            f"optionally with ':'-separated options from {list(SPEC_OPTIONS)}"
+        )
 
 
 def load_model_config(name: str, device: str, channels_last: bool) -> ModelConfig:
@@ -139,7 +170,8 @@ def peak_rss() -> int:
 def measure_training(
     model: torch.nn.Module, aux_weight: float, s: ModelBenchSettings
 ) -> dict[str, Any]:
-    """Forward + backward + SGD steps on random (batch, 3, H, W) inputs: img/s and steps."""
+    """Forward + backward + SGD steps on random (batch, 3, H, W) inputs: img/s, steps and the
+    seconds of the untimed warm-up (which includes compilation for a compiled model)."""
     device = model.devices[0]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(s.batch, 3, *s.size, device=device)
@@ -153,8 +185,14 @@ def measure_training(
         training_loss(out, target, aux_weight).backward()
         optimizer.step()
 
+    start = time.perf_counter()
     steps, elapsed = time_calls(step, device, s.warmup, s.steps, s.seconds)
-    return {"train_img_per_s": steps * s.batch / elapsed, "train_steps": steps}
+    warmup_s = time.perf_counter() - start - elapsed
+    return {
+        "train_img_per_s": steps * s.batch / elapsed,
+        "train_steps": steps,
+        "warmup_s": warmup_s,
+    }
 
 
 def measure_inference(
@@ -173,12 +211,19 @@ def measure_inference(
     return {"ms_per_img": 1000 * elapsed / (calls * batch), "calls": calls}
 
 
-def measure_model(name: str, s: ModelBenchSettings) -> dict[str, Any]:
+def measure_model(spec: str, s: ModelBenchSettings) -> dict[str, Any]:
     """One row of the model table: params, train GFLOP/img, train img/s, achieved GFLOP/s,
-    inference ms/img per batch, and peak memory (bytes; see the module docstring)."""
+    inference ms/img per batch, and peak memory (bytes; see the module docstring).
+
+    ``spec`` is a configs/model name with optional options (``SPEC_OPTIONS``): ``compile``
+    measures the model after ``model.compile()``, ``bf16`` / ``32`` override ``s.precision``.
+    FLOPs are counted on the eager fp32 model either way.
+    """
+    parsed = split_model_spec(spec)
+    s = replace(s, precision=parsed.precision or s.precision)
     if s.threads is not None:
         torch.set_num_threads(s.threads)
-    cfg = load_model_config(name, s.device, s.channels_last)
+    cfg = load_model_config(parsed.name, s.device, s.channels_last)
     torch.manual_seed(0)
     rss_before = reset_peak_rss()
     model = build_model(cfg)
@@ -186,8 +231,12 @@ def measure_model(name: str, s: ModelBenchSettings) -> dict[str, Any]:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     flops = count_train_flops(model.train(), s.size)
+    if parsed.compile:
+        model.compile()
     row: dict[str, Any] = {
-        "model": name,
+        "model": spec,
+        "compiled": parsed.compile,
+        "precision": s.precision,
         "params": sum(p.numel() for p in model.parameters()),
         "train_gflops_per_img": flops / 1e9,
         **measure_training(model, cfg.aux_weight, s),

@@ -20,6 +20,7 @@ from seg.benchmark.models import (
     measure_model,
     measure_model_isolated,
     model_config_names,
+    split_model_spec,
 )
 from seg.benchmark.scaling import cpu_cores, measure_scaling
 from seg.config import compose_config
@@ -51,7 +52,13 @@ class BenchmarkOptions:
         bad = sorted(set(self.sections) - set(SECTIONS))
         if bad:
             raise ValueError(f"unknown section(s) {bad}; valid: {list(SECTIONS)}")
-        check_model_names([*(self.models or []), self.data_model, self.scaling_model])
+        check_model_names(self.models or [])
+        for key in ("data_model", "scaling_model"):
+            if getattr(self, key) not in model_config_names():
+                raise ValueError(
+                    f"{key}={getattr(self, key)!r} is not a configs/model name (no "
+                    f"':compile' here); valid: {model_config_names()}"
+                )
         if any(w < 0 for w in self.data_workers):
             raise ValueError(f"data_workers must be >= 0, got {self.data_workers}")
 
@@ -76,6 +83,16 @@ def machine_info(device: str) -> dict[str, Any]:
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return info
+
+
+def row_precisions(opts: BenchmarkOptions) -> list[str]:
+    """The run's precision first, then any other that a model spec asks for."""
+    precisions = [opts.settings.precision]
+    for spec in opts.models or []:
+        precision = split_model_spec(spec).precision
+        if precision is not None and precision not in precisions:
+            precisions.append(precision)
+    return precisions
 
 
 def run_models(opts: BenchmarkOptions) -> list[dict[str, Any]]:
@@ -135,15 +152,22 @@ def run_benchmark(opts: BenchmarkOptions) -> dict[str, Any]:
     result: dict[str, Any] = {"machine": machine_info(s.device), "options": asdict(opts)}
     device = torch.device(s.device)
     if "limits" in opts.sections:
-        dtype = PRECISIONS[s.precision] or torch.float32
-        result["limits"] = measure_limits(device, dtype, opts.limit_seconds)
+        # In the run's precision ("gemm", "conv3x3"), and in every other precision a model row
+        # asks for ("conv3x3:bf16", ...), so that each row is compared with its own ceiling.
+        result["limits"] = {}
+        for precision in row_precisions(opts):
+            dtype = PRECISIONS[precision] or torch.float32
+            suffix = "" if precision == s.precision else f":{precision}"
+            for key, row in measure_limits(device, dtype, opts.limit_seconds).items():
+                result["limits"][key + suffix] = row
         log.info(
             "limits: %s", {k: round(v["gflops_per_s"], 1) for k, v in result["limits"].items()}
         )
     if "models" in opts.sections:
         result["models"] = run_models(opts)
-        conv = result.get("limits", {}).get("conv3x3", {}).get("gflops_per_s")
         for row in result["models"]:
+            suffix = "" if row["precision"] == s.precision else f":{row['precision']}"
+            conv = result.get("limits", {}).get("conv3x3" + suffix, {}).get("gflops_per_s")
             row["conv_limit_fraction"] = row["achieved_gflops_per_s"] / conv if conv else None
     if "data" in opts.sections:
         result["data"] = run_data(opts, result.get("models", []))

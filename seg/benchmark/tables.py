@@ -31,7 +31,7 @@ def format_models(rows: list[dict[str, Any]]) -> str:
     batches = list(rows[0]["inference"]) if rows else []
     head = (
         f"  {'model':<29} {'params':>10} {'GFLOP/img':>9} {'img/s':>7} {'GFLOP/s':>8} "
-        f"{'%conv':>6} {'steps':>5}"
+        f"{'%conv':>6} {'steps':>5} {'warm-up s':>9}"
     )
     head += "".join(f" {'ms/img@' + b:>10}" for b in batches) + f" {'peak MB':>8}"
     lines = ["models (training: forward + backward + SGD step; inference: eval, no_grad)", head]
@@ -40,14 +40,16 @@ def format_models(rows: list[dict[str, Any]]) -> str:
         line = (
             f"  {r['model']:<29} {r['params']:>10,} {r['train_gflops_per_img']:>9.2f} "
             f"{r['train_img_per_s']:>7.2f} {r['achieved_gflops_per_s']:>8.1f} "
-            f"{_f(None if frac is None else 100 * frac, '.1f'):>6} {r['train_steps']:>5}"
+            f"{_f(None if frac is None else 100 * frac, '.1f'):>6} {r['train_steps']:>5} "
+            f"{_f(r.get('warmup_s'), '.1f'):>9}"
         )
         line += "".join(f" {r['inference'][b]['ms_per_img']:>10.1f}" for b in batches)
         lines.append(line + f" {r['peak_mem_bytes'] / 2**20:>8.0f}")
     if rows:
         lines.append(
             f"  steps: timed training steps; %conv: achieved GFLOP/s over the conv3x3 limit; "
-            f"peak MB: {rows[0]['peak_mem_kind']}"
+            "warm-up s: the untimed first steps (with compilation for ':compile' rows);\n"
+            f"  peak MB: {rows[0]['peak_mem_kind']}"
         )
     return "\n".join(lines)
 
