@@ -29,8 +29,9 @@ def format_limits(limits: dict[str, dict[str, Any]]) -> str:
 
 def format_models(rows: list[dict[str, Any]]) -> str:
     batches = list(rows[0]["inference"]) if rows else []
+    width = max([29, *(len(r["model"]) for r in rows)])  # specs such as name:compile:bf16
     head = (
-        f"  {'model':<29} {'params':>10} {'GFLOP/img':>9} {'img/s':>7} {'GFLOP/s':>8} "
+        f"  {'model':<{width}} {'params':>10} {'GFLOP/img':>9} {'img/s':>7} {'GFLOP/s':>8} "
         f"{'%conv':>6} {'steps':>5} {'warm-up s':>9}"
     )
     head += "".join(f" {'ms/img@' + b:>10}" for b in batches) + f" {'peak MB':>8}"
@@ -38,7 +39,7 @@ def format_models(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         frac = r.get("conv_limit_fraction")
         line = (
-            f"  {r['model']:<29} {r['params']:>10,} {r['train_gflops_per_img']:>9.2f} "
+            f"  {r['model']:<{width}} {r['params']:>10,} {r['train_gflops_per_img']:>9.2f} "
             f"{r['train_img_per_s']:>7.2f} {r['achieved_gflops_per_s']:>8.1f} "
             f"{_f(None if frac is None else 100 * frac, '.1f'):>6} {r['train_steps']:>5} "
             f"{_f(r.get('warmup_s'), '.1f'):>9}"
