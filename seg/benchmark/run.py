@@ -85,6 +85,12 @@ def machine_info(device: str) -> dict[str, Any]:
     return info
 
 
+def limit_key(kernel: str, precision: str, run_precision: str) -> str:
+    """``result["limits"]`` key of ``kernel`` in ``precision``: plain in the run's precision,
+    ``kernel:precision`` in another one."""
+    return kernel if precision == run_precision else f"{kernel}:{precision}"
+
+
 def row_precisions(opts: BenchmarkOptions) -> list[str]:
     """The run's precision first, then any other that a model spec asks for."""
     precisions = [opts.settings.precision]
@@ -157,17 +163,16 @@ def run_benchmark(opts: BenchmarkOptions) -> dict[str, Any]:
         result["limits"] = {}
         for precision in row_precisions(opts):
             dtype = PRECISIONS[precision] or torch.float32
-            suffix = "" if precision == s.precision else f":{precision}"
-            for key, row in measure_limits(device, dtype, opts.limit_seconds).items():
-                result["limits"][key + suffix] = row
+            for kernel, row in measure_limits(device, dtype, opts.limit_seconds).items():
+                result["limits"][limit_key(kernel, precision, s.precision)] = row
         log.info(
             "limits: %s", {k: round(v["gflops_per_s"], 1) for k, v in result["limits"].items()}
         )
     if "models" in opts.sections:
         result["models"] = run_models(opts)
         for row in result["models"]:
-            suffix = "" if row["precision"] == s.precision else f":{row['precision']}"
-            conv = result.get("limits", {}).get("conv3x3" + suffix, {}).get("gflops_per_s")
+            key = limit_key("conv3x3", row["precision"], s.precision)
+            conv = result.get("limits", {}).get(key, {}).get("gflops_per_s")
             row["conv_limit_fraction"] = row["achieved_gflops_per_s"] / conv if conv else None
     if "data" in opts.sections:
         result["data"] = run_data(opts, result.get("models", []))

@@ -71,20 +71,21 @@ def build_ddp_model(cfg: Config, ckpt: dict[str, Any] | None) -> tuple[nn.Module
     devices = list(model.devices)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
-    if du.world_size() > 1 and cfg.trainer.sync_bn and devices[0].type == "cuda":
+    if cfg.trainer.compile:
+        # In place and lazy (it traces at the first call, after any SyncBatchNorm swap below):
+        # the module keeps its type and state_dict keys, so checkpoints, evaluation and DDP
+        # (which wraps the compiled module, as torch.compile's DDP notes advise) see the same
+        # model as without compilation.
+        model.compile()
+    if du.world_size() == 1:
+        return model, model
+    if cfg.trainer.sync_bn and devices[0].type == "cuda":
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    elif du.world_size() > 1 and cfg.trainer.sync_bn:
+    elif cfg.trainer.sync_bn:
         log.warning(
             "trainer.sync_bn: SyncBatchNorm needs GPUs; on CPU each replica normalises "
             "with its own batch statistics"
         )
-    if cfg.trainer.compile:
-        # In place: the module keeps its type and state_dict keys, so checkpoints, evaluation
-        # and DDP (which wraps the compiled module, as torch.compile's DDP notes advise) see
-        # the same model as without compilation.
-        model.compile()
-    if du.world_size() == 1:
-        return model, model
     # One GPU: device_ids=[it]. Columns on several GPUs (a multi-device module) or the CPU: None.
     single_gpu = devices[0].type == "cuda" and len(set(devices)) == 1
     ddp = DDP(model, device_ids=[devices[0]] if single_gpu else None, find_unused_parameters=False)
