@@ -101,6 +101,22 @@ class AugConfig:
     saturation: float = 0.2
     hue: float = 0.02
     photometric_p: float = 0.8
+    # Person compositing (Simple Copy-Paste, seg/data/copy_paste.py), on the full-size photo
+    # before the geometric steps: people cut from other training photos by their masks.
+    paste_p: float = 0.0  # probability per training sample; 0 = off
+    paste_max_people: int = 2  # 1..this many people per composite
+    paste_scale: list[float] = field(
+        default_factory=lambda: [0.1, 1.0]  # pasted person's height / image height, log-uniform
+    )
+    paste_feather: float = 1.5  # Gaussian sigma of the soft edge, pixels at pasted size; 0 = hard
+    # Degradations of the image only, after the crop; each a probability, 0 = off.
+    blur_p: float = 0.0  # Gaussian or motion blur (one of the two)
+    blur_limit: list[int] = field(default_factory=lambda: [3, 7])  # odd kernel sizes, pixels
+    noise_p: float = 0.0  # Gaussian noise
+    noise_std: list[float] = field(default_factory=lambda: [0.02, 0.06])  # fraction of 255
+    jpeg_p: float = 0.0  # JPEG re-compression
+    jpeg_quality: list[int] = field(default_factory=lambda: [30, 95])
+    gray_p: float = 0.0  # grayscale (kept 3 channels)
     interpolation: Interpolation = Interpolation.linear  # images; masks are always nearest
     image_fill: int = 0  # value of image pixels that shift/rotate/pad bring in
     mask_fill: int = 255  # value of mask pixels they bring in (255 = ignore, 0 = background)

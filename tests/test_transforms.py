@@ -228,6 +228,30 @@ BAD_VALUES = [
     ("mask_fill", -1),
     ("mask_fill", 1),
     ("interpolation", "bilinear"),
+    ("paste_p", 1.5),
+    ("paste_p", -0.1),
+    ("paste_max_people", 0),
+    ("paste_max_people", 1.5),
+    ("paste_max_people", True),
+    ("paste_scale", [0.5, 0.1]),
+    ("paste_scale", [0.0, 0.5]),
+    ("paste_scale", [0.5, 1.5]),
+    ("paste_scale", [0.5]),
+    ("paste_feather", -1.0),
+    ("paste_feather", "soft"),
+    ("blur_p", 2.0),
+    ("blur_limit", [3, 8]),
+    ("blur_limit", [1, 3]),
+    ("blur_limit", [7, 3]),
+    ("blur_limit", [3.0, 7.0]),
+    ("noise_p", -0.5),
+    ("noise_std", [0.1, 0.05]),
+    ("noise_std", [0.0, 2.0]),
+    ("jpeg_p", 1.1),
+    ("jpeg_quality", [0, 50]),
+    ("jpeg_quality", [90, 30]),
+    ("jpeg_quality", [30.5, 90]),
+    ("gray_p", 3),
 ]
 
 
@@ -247,11 +271,23 @@ def test_builders_accept_an_omegaconf_config() -> None:
     assert build_eval_transform(cfg)(image=image, mask=mask)["image"].shape == (3, 256, 192)
 
 
-@pytest.mark.parametrize("aug", ["default", "none", "strong"])
+class _OnePersonPool:
+    """The pool ``aug=composite`` pastes from (any object with ``load_raw``, like SegDataset)."""
+
+    on_bad_sample = "error"
+
+    def __len__(self) -> int:
+        return 1
+
+    def load_raw(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return _blocks(seed=index)
+
+
+@pytest.mark.parametrize("aug", ["default", "none", "strong", "composite"])
 def test_every_aug_config_builds(aug: str) -> None:
     cfg = compose_config([f"aug={aug}"]).aug
     image, mask = _blocks()
-    out = build_train_transform(cfg, seed=0)(image=image, mask=mask)
+    out = build_train_transform(cfg, seed=0, pool=_OnePersonPool())(image=image, mask=mask)
     assert out["image"].shape == (3, *cfg.crop_size)
     assert build_eval_transform(cfg)(image=image, mask=mask)["mask"].shape == tuple(cfg.eval_size)
 

@@ -32,6 +32,7 @@ import torch
 from albumentations.pytorch import ToTensorV2
 
 from seg.config import AugConfig, Interpolation
+from seg.data.copy_paste import PastePeople, RawPool
 from seg.data.io import IGNORE_INDEX
 
 _INTERPOLATIONS = {
@@ -74,6 +75,31 @@ def _floats(cfg: AugConfig, key: str, length: int) -> list[float]:
     return items
 
 
+def _count(cfg: AugConfig, key: str, lo: int, hi: int) -> int:
+    value = getattr(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"aug.{key} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _range(cfg: AugConfig, key: str, lo: float, hi: float, integer: bool = False) -> tuple:
+    """A [low, high] pair with lo <= low <= high <= hi."""
+    value = getattr(cfg, key)
+    try:
+        items = list(value)
+    except TypeError:
+        items = []
+    kind = int if integer else (int, float)
+    ok = len(items) == 2 and all(isinstance(v, kind) and not isinstance(v, bool) for v in items)
+    if not (ok and lo <= items[0] <= items[1] <= hi):
+        what = "integers" if integer else "numbers"
+        raise ValueError(
+            f"aug.{key} must be 2 {what} [low, high] with {lo} <= low <= high <= {hi}, "
+            f"got {value!r}"
+        )
+    return (items[0], items[1]) if integer else (float(items[0]), float(items[1]))
+
+
 def _interpolation(cfg: AugConfig) -> int:
     name = getattr(cfg.interpolation, "value", cfg.interpolation)
     if name not in _INTERPOLATIONS:
@@ -114,6 +140,17 @@ class AugParams:
     photometric: bool
     jitter: dict[str, float]  # ColorJitter's brightness, contrast, saturation, hue
     photometric_p: float
+    paste_p: float
+    paste_max_people: int
+    paste_scale: tuple[float, float]
+    paste_feather: float
+    blur_p: float
+    blur_limit: tuple[int, int]
+    noise_p: float
+    noise_std: tuple[float, float]
+    jpeg_p: float
+    jpeg_quality: tuple[int, int]
+    gray_p: float
     interpolation: int  # OpenCV flag, for images only
     image_fill: int
     mask_fill: int
@@ -130,6 +167,13 @@ def check_aug_config(cfg: AugConfig) -> AugParams:
     if not all(v > 0 for v in std):
         raise ValueError(f"aug.std must be 3 positive numbers, got {cfg.std!r}")
     jitter = {k: _number(cfg, k, 0.0, 1.0) for k in ("brightness", "contrast", "saturation")}
+    blur_limit = _range(cfg, "blur_limit", 3, 31, integer=True)
+    if blur_limit[0] % 2 == 0 or blur_limit[1] % 2 == 0:
+        raise ValueError(f"aug.blur_limit must be odd kernel sizes, got {cfg.blur_limit!r}")
+    paste_scale = _range(cfg, "paste_scale", 0.0, 1.0)
+    if paste_scale[0] <= 0:  # drawn log-uniformly
+        raise ValueError(f"aug.paste_scale must be > 0, got {cfg.paste_scale!r}")
+    probabilities = ("photometric_p", "paste_p", "blur_p", "noise_p", "jpeg_p", "gray_p")
     return AugParams(
         crop_size=_size(cfg, "crop_size"),
         eval_size=_size(cfg, "eval_size"),
@@ -140,7 +184,13 @@ def check_aug_config(cfg: AugConfig) -> AugParams:
         affine_p=_number(cfg, "affine_p", 0.0, 1.0),
         photometric=bool(cfg.photometric),
         jitter={**jitter, "hue": _number(cfg, "hue", 0.0, 0.5)},
-        photometric_p=_number(cfg, "photometric_p", 0.0, 1.0),
+        **{k: _number(cfg, k, 0.0, 1.0) for k in probabilities},
+        paste_max_people=_count(cfg, "paste_max_people", 1, 10),
+        paste_scale=paste_scale,
+        paste_feather=_number(cfg, "paste_feather", 0.0, 10.0),
+        blur_limit=blur_limit,
+        noise_std=_range(cfg, "noise_std", 0.0, 1.0),
+        jpeg_quality=_range(cfg, "jpeg_quality", 1, 100, integer=True),
         interpolation=_interpolation(cfg),
         image_fill=_image_fill(cfg),
         mask_fill=_mask_fill(cfg),
@@ -149,21 +199,58 @@ def check_aug_config(cfg: AugConfig) -> AugParams:
     )
 
 
-def build_train_transform(cfg: AugConfig, seed: int | None = None) -> A.Compose:
-    """Training preset: resize, shift/scale/rotate, flip, pad + random crop, jitter, normalise.
+def _degradations(p: AugParams) -> list[A.BasicTransform]:
+    """Image-only defects of cameras and of the web, each behind its own switch for ablations."""
+    lo, hi = p.blur_limit
+    sigma_hi = 0.3 * ((hi - 1) * 0.5 - 1) + 0.8  # what OpenCV derives from the largest kernel
+    blur = A.OneOf(
+        [
+            A.GaussianBlur(blur_limit=(lo, hi), sigma_limit=(min(0.5, sigma_hi), sigma_hi)),
+            A.MotionBlur(blur_limit=(lo, hi)),
+        ],
+        p=p.blur_p,
+    )
+    chosen = [
+        (p.gray_p, A.ToGray(p=p.gray_p)),
+        (p.blur_p, blur),
+        (p.noise_p, A.GaussNoise(std_range=p.noise_std, p=p.noise_p)),
+        (p.jpeg_p, A.ImageCompression(quality_range=p.jpeg_quality, p=p.jpeg_p)),
+    ]
+    return [transform for prob, transform in chosen if prob > 0]
 
-    The longest side is resized to ``max(cfg.crop_size)``; one ``Affine`` does the case study's
+
+def build_train_transform(
+    cfg: AugConfig, seed: int | None = None, pool: RawPool | None = None
+) -> A.Compose:
+    """Training preset: paste people, resize, shift/scale/rotate, flip, pad + random crop,
+    jitter, degradations, normalise.
+
+    With ``cfg.paste_p > 0`` a ``PastePeople`` step first pastes people from ``pool`` (the
+    training dataset: ``build_train_dataset`` passes it) onto the full-resolution photo. The
+    longest side is resized to ``max(cfg.crop_size)``; one ``Affine`` does the case study's
     shift (up to ``cfg.shift`` of each side, x and y drawn independently), isotropic scale
     (``cfg.scale``) and rotation (up to ``±cfg.rotate`` degrees) with probability
     ``cfg.affine_p``; then ``HorizontalFlip(p=cfg.hflip)``, centre padding and a random crop to
-    ``cfg.crop_size``. Output: image float32 (3, crop_h, crop_w), mask uint8 (crop_h, crop_w).
-    With ``seed`` the same inputs give the same samples; see ``seed_worker`` for DataLoaders.
+    ``cfg.crop_size``. Then, on the image only: optional ColorJitter (``cfg.photometric``),
+    grayscale, blur, noise and JPEG (``cfg.gray_p``, ``blur_p``, ``noise_p``, ``jpeg_p``; those at
+    0 are left out, so the defaults build the same pipeline as before they existed). Output:
+    image float32 (3, crop_h, crop_w), mask uint8 (crop_h, crop_w). With ``seed`` the same
+    inputs give the same samples; see ``seed_worker`` for DataLoaders.
     """
     p = check_aug_config(cfg)
+    if p.paste_p > 0 and pool is None:
+        raise ValueError(
+            f"aug.paste_p={p.paste_p} pastes people from the training samples: pass "
+            "pool=<the training dataset> (seg.data.build_train_dataset does) or set aug.paste_p=0"
+        )
     crop_h, crop_w = p.crop_size
     fills = {"border_mode": cv2.BORDER_CONSTANT, "fill": p.image_fill, "fill_mask": p.mask_fill}
     photometric = [A.ColorJitter(**p.jitter, p=p.photometric_p)] if p.photometric else []
+    paste = []
+    if p.paste_p > 0:
+        paste = [PastePeople(pool, p.paste_max_people, p.paste_scale, p.paste_feather, p.paste_p)]
     transforms = [
+        *paste,
         A.LongestMaxSize(
             max_size=max(crop_h, crop_w),
             interpolation=p.interpolation,
@@ -184,6 +271,7 @@ def build_train_transform(cfg: AugConfig, seed: int | None = None) -> A.Compose:
         A.PadIfNeeded(min_height=crop_h, min_width=crop_w, **fills),
         A.RandomCrop(height=crop_h, width=crop_w),
         *photometric,
+        *_degradations(p),
         A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0),
         ToTensorV2(),
     ]
