@@ -67,8 +67,11 @@ class DataConfig:
     name: DatasetName = DatasetName.human_mix
     # Where datasets live; the environment variable SEG_DATA_DIR overrides it.
     root: str = "data"
-    # human_mix only: the sources whose train splits are joined.
+    # human_mix only: the sources reported by validation and test (one table row each) ...
     sources: list[str] = field(default_factory=lambda: ["eg_portrait", "ccp", "vikram_human_seg"])
+    # ... and those whose train splits are joined: null = all of ``sources``. Naming fewer holds
+    # sources out, to measure how a model trained on the others generalises to them.
+    train_sources: list[str] | None = None
     # Fractions for the deterministic splits of sets that publish none (ccp, vikram, folder),
     # and val_fraction also for the validation split carved from eg_portrait's official train list.
     val_fraction: float = 0.1

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 import torch
 
-from seg.config import BadSamplePolicy, DataConfig, DatasetName, compose_config
-from seg.data import SegDataset, build_dataset, build_eval_datasets, save_splits
+from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName, compose_config
+from seg.data import (
+    SOURCE_NAMES,
+    SegDataset,
+    build_dataset,
+    build_eval_datasets,
+    build_train_dataset,
+    save_splits,
+    train_source_names,
+)
 from seg.data.io import BadSampleError
 from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform, build_train_transform
@@ -57,6 +66,44 @@ def test_human_mix_trains_on_the_union_and_evaluates_per_source(data_env: Path) 
         "ccp": 201,
         "vikram_human_seg": 58,
     }
+
+
+def test_train_sources_hold_sources_out_of_training_only(data_env: Path) -> None:
+    cfg = compose_config(["data=human_mix", "data.train_sources=[ccp]"]).data
+    train = build_dataset(cfg, "train")
+    assert len(train) == 702 and {r.source for r in train.refs} == {"ccp"}
+    assert train_source_names(cfg) == ["ccp"]
+    assert sorted(build_eval_datasets(cfg, "val")) == ["ccp", "eg_portrait", "vikram_human_seg"]
+    assert {r.source for r in build_dataset(cfg, "test").refs} == set(SOURCE_NAMES)
+    # The pool of pasted people is the training set: no held-out source is ever pasted.
+    aug = dataclasses.replace(AugConfig(), paste_p=1.0)
+    train = build_train_dataset(cfg, aug, seed=0)
+    assert train.transform.transforms[0].pool is train
+    two = dataclasses.replace(cfg, train_sources=["vikram_human_seg", "eg_portrait"])
+    assert train_source_names(two) == ["eg_portrait", "vikram_human_seg"]  # data.sources order
+    assert len(build_dataset(two, "train")) == 1161 + 203
+
+
+@pytest.mark.parametrize(
+    ("name", "train_sources"),
+    [
+        ("human_mix", ["cpp"]),
+        ("human_mix", []),
+        ("human_mix", ["ccp", "ccp"]),
+        ("eg_portrait", ["ccp"]),
+    ],
+)
+def test_bad_train_sources_name_the_key_and_the_choices(name, train_sources) -> None:
+    cfg = DataConfig(name=name, sources=["eg_portrait", "ccp"], train_sources=train_sources)
+    valid = "'eg_portrait', 'ccp'" if name == "human_mix" else "'eg_portrait'"
+    for build in (lambda: build_dataset(cfg, "train"), lambda: build_eval_datasets(cfg, "val")):
+        with pytest.raises(ValueError, match=rf"data\.train_sources=.*\[{valid}\]"):
+            build()
+
+
+def test_train_sources_of_a_single_dataset_may_name_it(data_env: Path) -> None:
+    cfg = DataConfig(name=DatasetName.vikram_human_seg, train_sources=["vikram_human_seg"])
+    assert len(build_dataset(cfg, "train")) == 203
 
 
 def test_split_ids_are_written_and_disjoint(data_env: Path, tmp_path: Path) -> None:

@@ -5,9 +5,11 @@ from seg.data.datasets import (
     SegDataset,
     build_dataset,
     build_eval_datasets,
+    build_train_dataset,
     list_source,
     save_splits,
     source_names,
+    train_source_names,
 )
 from seg.data.io import IGNORE_INDEX, BadSampleError
 from seg.data.loader import build_loader
@@ -20,7 +22,9 @@ __all__ = [
     "build_dataset",
     "build_eval_datasets",
     "build_loader",
+    "build_train_dataset",
     "list_source",
     "save_splits",
     "source_names",
+    "train_source_names",
 ]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from seg.config import BadSamplePolicy, DataConfig, DatasetName
+from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName
 from seg.data.download import ensure_dataset, resolve_data_root
 from seg.data.folder import list_folder
 from seg.data.io import (
@@ -22,6 +22,7 @@ from seg.data.io import (
     read_mask_array,
 )
 from seg.data.listing import SPLITS, Listing, SampleRef, list_ccp, list_eg_portrait, list_vikram
+from seg.data.transforms import build_train_transform
 
 log = logging.getLogger(__name__)
 
@@ -114,24 +115,57 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
 
 
 def source_names(cfg: DataConfig) -> list[str]:
-    """The sources a data config reads: its ``sources`` for human_mix, else its own name."""
+    """The sources a data config reads: its ``sources`` for human_mix, else its own name.
+
+    Validation and test report each of them; ``data.train_sources`` is checked here too, so a
+    bad name fails whichever split is built first.
+    """
     name = DatasetName(cfg.name).value
     if name != DatasetName.human_mix.value:
-        return [name]
-    if not cfg.sources:
+        names = [name]
+    elif not cfg.sources:
         raise ValueError("data.sources is empty; human_mix needs at least one source")
-    unknown = [s for s in cfg.sources if s not in SOURCE_NAMES]
-    if unknown:
-        raise ValueError(f"data.sources has unknown names {unknown}; valid: {list(SOURCE_NAMES)}")
-    return list(cfg.sources)
+    else:
+        unknown = [s for s in cfg.sources if s not in SOURCE_NAMES]
+        if unknown:
+            raise ValueError(
+                f"data.sources has unknown names {unknown}; valid: {list(SOURCE_NAMES)}"
+            )
+        names = list(cfg.sources)
+    chosen = None if cfg.train_sources is None else list(cfg.train_sources)
+    if chosen is not None and (
+        not chosen or len(set(chosen)) < len(chosen) or not set(chosen) <= set(names)
+    ):
+        raise ValueError(
+            f"data.train_sources={chosen} must name each source once, one or more of {names} "
+            f"(data.sources for human_mix), or be null for all of them"
+        )
+    return names
+
+
+def train_source_names(cfg: DataConfig) -> list[str]:
+    """The sources whose train splits are joined: ``data.train_sources`` (in the order of
+    ``data.sources``), or all of ``source_names(cfg)`` when it is null."""
+    names = source_names(cfg)
+    return names if cfg.train_sources is None else [n for n in names if n in cfg.train_sources]
 
 
 def build_dataset(cfg: DataConfig, split: str, transform: Transform | None = None) -> SegDataset:
-    """One dataset for a split; for human_mix the union of the sources' splits."""
+    """One dataset for a split; for human_mix the union of the sources' splits (for the train
+    split, of ``data.train_sources``)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid: {list(SPLITS)}")
-    refs = [ref for name in source_names(cfg) for ref in list_source(cfg, name).split_refs(split)]
+    names = train_source_names(cfg) if split == "train" else source_names(cfg)
+    refs = [ref for name in names for ref in list_source(cfg, name).split_refs(split)]
     return SegDataset(refs, transform, cfg.on_bad_sample, cfg.mask_resize_tolerance)
+
+
+def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = None) -> SegDataset:
+    """The train split with the training transform, which pastes people (``aug.paste_p``) from
+    this same dataset: only training sources and ids are ever pasted."""
+    dataset = build_dataset(data, "train")
+    dataset.transform = build_train_transform(aug, seed, pool=dataset)
+    return dataset
 
 
 def build_eval_datasets(
@@ -170,7 +204,9 @@ __all__ = [
     "SegDataset",
     "build_dataset",
     "build_eval_datasets",
+    "build_train_dataset",
     "list_source",
     "save_splits",
     "source_names",
+    "train_source_names",
 ]
