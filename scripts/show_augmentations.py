@@ -2,11 +2,13 @@
 
     python scripts/show_augmentations.py data=eg_portrait aug=strong out=/tmp/aug.png
     python scripts/show_augmentations.py data=human_mix samples=6 augs=5 split=train seed=3
+    python scripts/show_augmentations.py data=human_mix aug=composite out=/tmp/composite.png
 
 Each row is one sample; the first column is the evaluation view (no augmentation), the others are
 training augmentations. Person pixels are tinted green with a yellow outline, ignore pixels
 (255: padding and pixels a shift/rotation brought in) magenta. ``data.root`` (or the
-environment variable SEG_DATA_DIR) says where the datasets are.
+environment variable SEG_DATA_DIR) says where the datasets are. With ``aug.paste_p > 0`` the
+pasted people come from the training split, as in training.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def augmentation_grid(cfg: ShowConfig) -> np.ndarray:
         raise ValueError(f"the {cfg.split!r} split of data={cfg.data.name} is empty")
     rng = np.random.default_rng(cfg.seed)
     indices = sorted(rng.choice(len(dataset), min(cfg.samples, len(dataset)), replace=False))
-    train_tf = build_train_transform(cfg.aug, seed=cfg.seed)
+    pool = dataset if cfg.split == "train" else build_dataset(cfg.data, "train")
+    train_tf = build_train_transform(cfg.aug, seed=cfg.seed, pool=pool)
     eval_tf = build_eval_transform(cfg.aug)
     height = max(cfg.aug.crop_size[0], cfg.aug.eval_size[0])
     width = max(cfg.aug.crop_size[1], cfg.aug.eval_size[1])

@@ -12,8 +12,7 @@ import torch
 from seg.benchmark.models import ModelBenchSettings, autocast, load_model_config, training_loss
 from seg.benchmark.timing import sync
 from seg.config import AugConfig, DataConfig
-from seg.data import build_dataset, build_loader
-from seg.data.transforms import build_train_transform
+from seg.data import build_loader, build_train_dataset
 from seg.engine.monitor import WaitClock
 from seg.models import build_model
 
@@ -34,7 +33,7 @@ def loader_throughput(
     """Samples/s of the training split with the full training transform at ``aug.crop_size``,
     loaded by ``num_workers`` workers (0: in the main process). The first batch (worker start)
     is not timed; per worker means per loading process."""
-    dataset = build_dataset(data, "train", build_train_transform(aug, seed=0))
+    dataset = build_train_dataset(data, aug, seed=0)
     loader = build_loader(dataset, batch, train=True, num_workers=num_workers, pin_memory=False)
     batches = _endless(loader)
     next(batches)
@@ -71,7 +70,7 @@ def data_wait_share(
     model = build_model(cfg).train()
     device = model.devices[0]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    dataset = build_dataset(data, "train", build_train_transform(aug, seed=0))
+    dataset = build_train_dataset(data, aug, seed=0)
     loader = build_loader(dataset, s.batch, train=True, num_workers=num_workers)
     clock = WaitClock()
     steps, start = 0, 0.0

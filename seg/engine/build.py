@@ -18,8 +18,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 
 from seg.config import Config
-from seg.data import IGNORE_INDEX, build_dataset, build_eval_datasets
-from seg.data.transforms import build_eval_transform, build_train_transform
+from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset
+from seg.data.transforms import build_eval_transform
 from seg.engine import distributed as du
 from seg.engine.checkpoint import restore_rng
 from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
@@ -103,7 +103,7 @@ def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
         )
     model, model_without_ddp = build_ddp_model(cfg, ckpt)
     devices = list(model_without_ddp.devices)
-    train_set = build_dataset(cfg.data, "train", build_train_transform(cfg.aug))
+    train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
     # A resumed run draws fresh augmentation streams in its workers (see docs/training.md).
