@@ -165,6 +165,21 @@ def test_people_are_flipped_and_only_person_pixels_are_pasted() -> None:
     assert left_yellow > 2 and right_yellow > 2, "people are flipped about half the time"
 
 
+def test_people_cut_by_the_bottom_of_their_photo_keep_the_cut_at_the_bottom() -> None:
+    upper_body = red_person(box=(40, 200, 30, 90))  # reaches the last row of its photo
+    image, mask = green_target(400, 600)
+    mask[...] = 0  # no target person, so the mask's person is the pasted one
+    for seed in range(10):
+        out_image, out_mask = paste(
+            Pool(upper_body), image, mask, seed, scale=(0.1, 0.5), feather=2
+        )
+        rows = np.nonzero((out_mask == 1).any(axis=1))[0]
+        assert rows.max() == 399 and rows.min() > 399 - 0.5 * 400 - 1
+        # The cut is not feathered: the person is opaque down to the last row.
+        inner = np.nonzero(out_mask[-1] == 1)[0][8:-8]
+        assert np.array_equal(out_image[-1, inner], np.full((inner.size, 3), RED, np.uint8))
+
+
 def test_up_to_max_people_are_pasted() -> None:
     target, target_mask = green_target(400, 600)
     counts = set()

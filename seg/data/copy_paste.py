@@ -61,12 +61,13 @@ class PastePeople(A.DualTransform):
     cropped to its bounding box, flipped half the time, resized (aspect ratio kept) so that its
     box height is a fraction of the image height drawn log-uniformly from ``scale`` (small, far
     away figures as often as large ones), and centred at a uniform random point of the image
-    (what falls outside is clipped). Edges are softened by a Gaussian of sigma ``feather``
-    pixels (0: hard): image = alpha * person + (1 - alpha) * image; mask = 1 where alpha >= 0.5,
-    else unchanged (ignore stays ignore except under a pasted person). Sources without person
-    pixels are passed over, as are bad ones when ``pool.on_bad_sample`` is ``skip``; with
-    ``error`` their ``BadSampleError`` (naming the file) propagates. Image: uint8 (H, W, 3),
-    (H, W, 1) or (H, W); mask: (H, W).
+    (what falls outside is clipped); one cut by the bottom of its photo (an upper body) is
+    moved down to keep that cut on the image's bottom edge. Edges are softened by a Gaussian of
+    sigma ``feather`` pixels (0: hard): image = alpha * person + (1 - alpha) * image; mask = 1
+    where alpha >= 0.5, else unchanged (ignore stays ignore except under a pasted person).
+    Sources without person pixels are passed over, as are bad ones when
+    ``pool.on_bad_sample`` is ``skip``; with ``error`` their ``BadSampleError`` (naming the
+    file) propagates. Image: uint8 (H, W, 3), (H, W, 1) or (H, W); mask: (H, W).
     """
 
     def __init__(
@@ -129,8 +130,9 @@ class PastePeople(A.DualTransform):
             out[paste.top : paste.top + h, paste.left : paste.left + w][paste.alpha >= 0.5] = PERSON
         return out
 
-    def _draw_person(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """A random pool sample's person: RGB uint8 and a bool mask, cropped to its box."""
+    def _draw_person(self) -> tuple[np.ndarray, np.ndarray, bool] | None:
+        """A random pool sample's person: RGB uint8 and a bool mask, cropped to its box, and
+        whether the bottom of the photo cuts it (an upper body)."""
         index = int(self.random_generator.integers(len(self.pool)))
         try:
             image, mask = self.pool.load_raw(index)
@@ -147,9 +149,11 @@ class PastePeople(A.DualTransform):
         crop = image[box]
         if crop.ndim == 2 or crop.shape[2] == 1:
             crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
-        return crop, person[box]
+        return crop, person[box], bool(rows[-1] == mask.shape[0] - 1)
 
-    def _place(self, rgb: np.ndarray, person: np.ndarray, height: int, width: int) -> Paste | None:
+    def _place(
+        self, rgb: np.ndarray, person: np.ndarray, cut: bool, height: int, width: int
+    ) -> Paste | None:
         """Flip, resize and position a cropped person on a (height, width) image, then clip."""
         lo, hi = self.scale
         fraction = math.exp(self.py_random.uniform(math.log(lo), math.log(hi)))
@@ -169,10 +173,17 @@ class PastePeople(A.DualTransform):
         cover = cv2.resize(person.astype(np.float32), size, interpolation=interp)
         alpha = (cover >= 0.5).astype(np.float32)
         top, left = round(centre_y - new_h / 2), round(centre_x - new_w / 2)
+        if cut:  # keep the cut on the bottom edge rather than a straight edge in mid-air
+            top = height - new_h
         if self.feather > 0:
-            # A margin lets the soft edge spread outside the person's box.
+            # A margin lets the soft edge spread outside the person's box; below a cut the
+            # person goes on past the frame, so the margin repeats its last row: no fade there.
             margin = math.ceil(3 * self.feather)
-            alpha = cv2.copyMakeBorder(alpha, *[margin] * 4, cv2.BORDER_CONSTANT, value=0)
+            below = cv2.BORDER_REPLICATE if cut else cv2.BORDER_CONSTANT
+            alpha = cv2.copyMakeBorder(alpha, 0, margin, 0, 0, below, value=0)
+            alpha = cv2.copyMakeBorder(
+                alpha, margin, 0, margin, margin, cv2.BORDER_CONSTANT, value=0
+            )
             alpha = cv2.GaussianBlur(alpha, (0, 0), self.feather, borderType=cv2.BORDER_CONSTANT)
             rgb = cv2.copyMakeBorder(rgb, *[margin] * 4, cv2.BORDER_REPLICATE)
             top, left = top - margin, left - margin
