@@ -76,9 +76,12 @@ def test_forward_backward_every_parameter_gets_a_gradient(name):
         assert aux.shape == (2, 2, 37, 45)
     loss = out["out"].square().mean() + sum(a.square().mean() for a in out["aux"])
     loss.backward()
-    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    missing = [n for n, p in trained.items() if p.grad is None]
     assert not missing, f"{name}: parameters without gradient (DDP would fail): {missing[:5]}"
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    assert all(torch.isfinite(p.grad).all() for p in trained.values())
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    assert all(p.grad is None for n, p in model.named_parameters() if n in frozen)
 
 
 @pytest.mark.parametrize("name", MODEL_CONFIGS)
@@ -216,8 +219,10 @@ def test_exchange_with_one_column_rejected():
 
 
 def test_unsupported_options_rejected():
-    with pytest.raises(ValueError, match="no pretrained weights for 'multicolumn'"):
+    with pytest.raises(ValueError, match="no column of this multicolumn model has a backbone"):
         build_model(model_config("dual_channel", ("model.pretrained=true",)))
+    with pytest.raises(ValueError, match="UNet baseline has no pretrained weights"):
+        build_model(model_config("unet", ("model.pretrained=true",)))
     with pytest.raises(ValueError, match="has no auxiliary head"):
         build_model(model_config("lraspp_mobilenet_v3_large", ("model.aux_heads=true",)))
 

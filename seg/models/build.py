@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from enum import Enum
 
 import torch
 
+from seg.models.backbones import (
+    BACKBONES,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    backbone_spec,
+    imagenet_weights,
+    load_backbone_weights,
+)
 from seg.models.config import ModelConfig
 from seg.models.devices import resolve_devices
 from seg.models.layers import SegmentationModel
-from seg.models.multicolumn import ColumnSpec, MultiColumnSegNet
+from seg.models.multicolumn import BackboneColumn, ColumnSpec, MultiColumnSegNet
 from seg.models.torchvision_models import TorchvisionSegNet, build_torchvision_net
 from seg.models.unet import UNet
+
+log = logging.getLogger(__name__)
 
 
 def _value(x: object) -> str:
@@ -27,10 +38,14 @@ def _multicolumn(cfg: ModelConfig) -> SegmentationModel:
             input_scale=float(c.input_scale),
             widths=tuple(c.widths),
             blocks=tuple(c.blocks),
+            backbone=c.backbone or None,
+            freeze_bn=bool(c.freeze_bn),
+            frozen_stages=int(c.frozen_stages),
+            fp32=bool(c.fp32),
         )
         for c in cfg.columns
     ]
-    return MultiColumnSegNet(
+    model = MultiColumnSegNet(
         columns,
         num_classes=cfg.num_classes,
         exchange_stages=list(cfg.exchange_stages),
@@ -39,6 +54,19 @@ def _multicolumn(cfg: ModelConfig) -> SegmentationModel:
         aux_heads=cfg.aux_heads,
         channels_last=cfg.channels_last,
     )
+    if cfg.pretrained:
+        for column, c in zip(model.columns, cfg.columns, strict=True):
+            if isinstance(column, BackboneColumn):
+                state, source = imagenet_weights(column.backbone, str(c.weights))
+                count = load_backbone_weights(column.net, column.backbone, state, source)
+                log.info(
+                    "column %s: %d tensors of %s loaded from %s",
+                    c.name,
+                    count,
+                    column.backbone,
+                    source,
+                )
+    return model
 
 
 def _unet(cfg: ModelConfig) -> SegmentationModel:
@@ -61,6 +89,26 @@ MODELS: dict[str, Callable[[ModelConfig], SegmentationModel]] = {
 }
 
 
+def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """``(mean, std)`` that the pretrained weights of ``cfg`` expect of their input, or None
+    (no pretrained weights: any normalisation trains)."""
+    if not cfg.pretrained:
+        return None
+    if _value(cfg.name) != "multicolumn":
+        return IMAGENET_MEAN, IMAGENET_STD  # torchvision's ImageNet weights
+    specs = {
+        (backbone_spec(c.backbone).mean, backbone_spec(c.backbone).std)
+        for c in cfg.columns
+        if c.backbone
+    }
+    if len(specs) > 1:
+        raise ValueError(
+            "model.columns: pretrained backbones that expect different input normalisations "
+            f"{sorted(specs)} cannot share one input; use backbones of one family"
+        )
+    return specs.pop() if specs else None
+
+
 def num_columns(cfg: ModelConfig) -> int:
     """How many devices ``cfg.devices`` must list (unless ``["auto"]``): one per column."""
     return len(cfg.columns) if _value(cfg.name) == "multicolumn" else 1
@@ -78,10 +126,12 @@ def build_model(cfg: ModelConfig) -> SegmentationModel:
         raise ValueError(f"unknown model.name {name!r}; valid names: {sorted(MODELS)}")
     if cfg.num_classes < 1:
         raise ValueError(f"model.num_classes must be >= 1, got {cfg.num_classes}")
-    if cfg.pretrained and name in ("multicolumn", "unet"):
+    if cfg.pretrained and name == "unet":
+        raise ValueError("model.pretrained=true: the UNet baseline has no pretrained weights")
+    if cfg.pretrained and name == "multicolumn" and not any(c.backbone for c in cfg.columns):
         raise ValueError(
-            f"model.pretrained=true: there are no pretrained weights for {name!r}; they exist "
-            f"for the torchvision baselines only"
+            "model.pretrained=true: no column of this multicolumn model has a backbone; give one "
+            f"(model.columns[j].backbone, one of {sorted(BACKBONES)}) or set model.pretrained=false"
         )
     # Devices first: a bad device list fails before a large model is built.
     devices = resolve_devices(list(cfg.devices), num_columns(cfg))

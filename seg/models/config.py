@@ -4,7 +4,7 @@ Kept free of torch imports so that composing a config stays fast. Only ``seg.mod
 reads these objects; the modules take plain typed arguments.
 
 Which fields each model reads:
-  - ``multicolumn``: everything except ``unet`` and ``pretrained``;
+  - ``multicolumn``: everything except ``unet``;
   - ``unet``: ``unet``, ``num_classes``, ``devices``, ``channels_last``;
   - torchvision baselines: ``num_classes``, ``aux_heads``, ``pretrained``, ``devices``,
     ``channels_last``.
@@ -32,7 +32,8 @@ class ExchangeMode(str, Enum):
 
 @dataclass
 class ColumnConfig:
-    """One column: an encoder of 3x3 conv-BN-ReLU stages, each halving the resolution."""
+    """One column: an encoder of 3x3 conv-BN-ReLU stages, each halving the resolution, or a
+    pretrained backbone cut into its five stride levels (``backbone``)."""
 
     name: str = "detail"
     # The column sees the image resized by this factor (1, 1/2, 1/4 or 1/8), e.g. 0.5 for context.
@@ -41,6 +42,20 @@ class ColumnConfig:
     widths: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 192])
     # 3x3 conv-BN-ReLU layers per stage, the first with stride 2 (the depth of the column).
     blocks: list[int] = field(default_factory=lambda: [1, 1, 2, 2, 2])
+    # An ImageNet classifier as the column's stages instead (widths and blocks are then its
+    # own): efficientnet_lite0 | resnet18 | mobilenet_v3_large (seg/models/backbones.py).
+    backbone: str | None = None
+    # Where its weights come from when model.pretrained is true: imagenet (the backbone's
+    # published weights) or the path of a state-dict file of the same classifier.
+    weights: str = "imagenet"
+    # Keep the backbone's BatchNorm statistics from ImageNet (their scale and shift train).
+    freeze_bn: bool = True
+    # Backbone only: its first N stages (0..4) are not trained at all (detectron2's FREEZE_AT):
+    # generic edges and blobs, and the most expensive stages to backpropagate through.
+    frozen_stages: int = 0
+    # Backbone only: run it in float32 even under bf16/fp16 autocast (depthwise convolutions,
+    # as in EfficientNet and MobileNet, run slower in bf16 than in fp32 on CPUs).
+    fp32: bool = False
 
 
 @dataclass
@@ -68,6 +83,7 @@ class ModelConfig:
     # One device per column ("cpu", "cuda:1", ...) or ["auto"]: one column per visible GPU
     # when there are enough (per torchrun replica), else everything on one device.
     devices: list[str] = field(default_factory=lambda: ["auto"])
-    # torchvision baselines only: ImageNet backbone weights through torchvision's weights API.
+    # Load ImageNet weights into the backbones: the columns that name one (their ``weights``),
+    # or a torchvision baseline's (torchvision's weights API). False: random initialisation.
     pretrained: bool = False
     channels_last: bool = True

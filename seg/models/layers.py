@@ -75,6 +75,10 @@ class SegmentationModel(nn.Module):
         self.devices = list(devices)
         return self
 
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """Parameters of pretrained backbones (``optim.backbone_lr_mult`` scales their LR)."""
+        return []
+
     def parts(self) -> dict[str, list[nn.Module]]:
         """Named groups of submodules for the summary (columns, decoder, ...)."""
         return {name: [child] for name, child in self.named_children()}

@@ -15,12 +15,15 @@ with ``DistributedDataParallel(model, device_ids=None)`` and feed inputs on ``mo
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seg.models.backbones import backbone_spec
 from seg.models.layers import ConvBNReLU, SegmentationModel, pad_to_multiple, resize_to
 
 VALID_INPUT_SCALES = (1.0, 0.5, 0.25, 0.125)
@@ -35,6 +38,10 @@ class ColumnSpec:
     input_scale: float
     widths: tuple[int, ...]
     blocks: tuple[int, ...]
+    backbone: str | None = None  # a pretrained backbone instead of conv stages (backbones.py)
+    freeze_bn: bool = True  # backbone only: keep its BatchNorm statistics (eval mode)
+    frozen_stages: int = 0  # backbone only: its first N stages are not trained at all
+    fp32: bool = False  # backbone only: run it in float32 under autocast too
 
 
 class Column(nn.Module):
@@ -63,13 +70,95 @@ class Column(nn.Module):
             prev = width
         self.stages = nn.ModuleList(stages)
 
-    def forward(self, x: Tensor) -> list[Tensor]:
-        """(B,C,H,W) -> features of every stage, finest first (no exchange)."""
-        features = []
-        for stage in self.stages:
-            x = stage(x)
-            features.append(x)
-        return features
+    def stage(self, i: int, x: Tensor) -> Tensor:
+        """Run stage ``i`` on its input (the previous stage's output, joined with the others')."""
+        return self.stages[i](x)
+
+
+class BackboneColumn(nn.Module):
+    """A column whose five stages are a pretrained classifier's stride levels (``backbone``).
+
+    The other columns' features join it additively: ``inject[i]``, a 1x1 conv that starts at
+    zero, maps what the others send at stage ``i``'s input (``extra_in[i]`` channels) to its
+    own width. A zero start leaves the pretrained features untouched at the first step, where
+    concatenation would change the first layer's input and break its weights.
+    """
+
+    def __init__(
+        self,
+        backbone: str,
+        extra_in: tuple[int, ...],
+        freeze_bn: bool = True,
+        frozen_stages: int = 0,
+        fp32: bool = False,
+    ) -> None:
+        super().__init__()
+        self.spec = backbone_spec(backbone)
+        self.backbone = backbone
+        self.net = self.spec.build(False)
+        self.out_channels = list(self.spec.channels)
+        self.freeze_bn = freeze_bn
+        self.frozen_stages = frozen_stages
+        self.fp32 = fp32
+        if any(extra_in[:frozen_stages]):
+            raise ValueError(
+                f"backbone column: frozen_stages={frozen_stages} would freeze a stage that "
+                f"receives other columns' features (stage inputs with extra channels: {extra_in})"
+            )
+        for p in self.frozen_parameters():
+            p.requires_grad_(False)
+        self.inject = nn.ModuleDict()
+        for i, extra in enumerate(extra_in):
+            if extra:
+                conv = nn.Conv2d(extra, self.out_channels[i - 1], kernel_size=1)
+                nn.init.zeros_(conv.weight)
+                nn.init.zeros_(conv.bias)
+                self.inject[str(i)] = conv
+
+    def stage(self, i: int, x: Tensor) -> Tensor:
+        # No graph in frozen stages: nothing before them needs gradients.
+        grad = torch.no_grad() if i < self.frozen_stages else contextlib.nullcontext()
+        if self.fp32 and torch.is_autocast_enabled(x.device.type):
+            # Depthwise convolutions run slower in bf16 than in fp32 on CPUs (docs/benchmarks.md).
+            with grad, torch.autocast(x.device.type, enabled=False):
+                return self.spec.stage(self.net, i, x.float())
+        with grad:
+            return self.spec.stage(self.net, i, x)
+
+    def frozen_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the first ``frozen_stages`` stages (found by running them once)."""
+        if self.frozen_stages == 0:
+            return []
+        used: list[nn.Parameter] = []
+        hooks = [
+            m.register_forward_hook(lambda mod, *_: used.extend(mod.parameters(recurse=False)))
+            for m in self.net.modules()
+        ]
+        try:
+            with torch.no_grad():
+                x = torch.zeros(1, 3, 64, 64)
+                for i in range(self.frozen_stages):
+                    x = self.spec.stage(self.net, i, x)
+        finally:
+            for h in hooks:
+                h.remove()
+        return list({id(p): p for p in used}.values())
+
+    def join(self, i: int, own: Tensor, others: list[Tensor]) -> Tensor:
+        """Stage ``i``'s input: its own previous output plus the others' projected features."""
+        return own + self.inject[str(i)](torch.cat(others, dim=1))
+
+    def train(self, mode: bool = True) -> BackboneColumn:
+        """With ``freeze_bn`` the backbone's BatchNorm layers keep their ImageNet statistics:
+        batches of a few crops estimate them worse than the millions of images they came from.
+        Their scale and shift still train."""
+        super().train(mode)
+        if mode:
+            for module in self.net.modules():
+                frozen = self.freeze_bn or not any(p.requires_grad for p in module.parameters())
+                if isinstance(module, nn.modules.batchnorm._BatchNorm) and frozen:
+                    module.eval()
+        return self
 
 
 class FusionDecoder(nn.Module):
@@ -97,6 +186,14 @@ class FusionDecoder(nn.Module):
         return self.classifier(y)
 
 
+def _with_backbone_widths(spec: ColumnSpec) -> ColumnSpec:
+    """A backbone column's widths are its backbone's stage channels, whatever the spec said."""
+    if not spec.backbone:
+        return spec
+    channels = backbone_spec(spec.backbone).channels
+    return dataclasses.replace(spec, widths=channels, blocks=(1,) * len(channels))
+
+
 def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mode: str) -> None:
     if not columns:
         raise ValueError("a multi-column model needs at least one column, got none")
@@ -106,6 +203,8 @@ def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mo
             raise ValueError(
                 f"{where}: input_scale {spec.input_scale} is not one of {VALID_INPUT_SCALES}"
             )
+        if spec.backbone:  # its widths are the backbone's (see _with_backbone_widths)
+            continue
         if len(spec.widths) != len(spec.blocks) or len(spec.widths) < 2:
             raise ValueError(
                 f"{where}: widths {list(spec.widths)} and blocks {list(spec.blocks)} need the "
@@ -152,6 +251,7 @@ class MultiColumnSegNet(SegmentationModel):
         channels_last: bool = True,
     ) -> None:
         super().__init__(channels_last)
+        columns = [_with_backbone_widths(spec) for spec in columns]
         exchange_stages = sorted(set(exchange_stages or []))
         _validate(columns, exchange_stages, exchange_mode)
         self.specs = list(columns)
@@ -160,7 +260,15 @@ class MultiColumnSegNet(SegmentationModel):
         num_stages = len(columns[0].widths)
         self.size_divisor = max(round(2**num_stages / c.input_scale) for c in columns)
         self.columns = nn.ModuleList(
-            Column(spec.widths, spec.blocks, extra_in=self._extra_in(j, num_stages))
+            BackboneColumn(
+                spec.backbone,
+                self._extra_in(j, num_stages, True),
+                spec.freeze_bn,
+                spec.frozen_stages,
+                spec.fp32,
+            )
+            if spec.backbone
+            else Column(spec.widths, spec.blocks, extra_in=self._extra_in(j, num_stages))
             for j, spec in enumerate(columns)
         )
         # The first stage (stride 2) stays out of the decoder: full-width maps at that
@@ -177,10 +285,11 @@ class MultiColumnSegNet(SegmentationModel):
                 for spec in columns
             )
 
-    def _extra_in(self, j: int, num_stages: int) -> tuple[int, ...]:
-        """Channels that the other columns add to column j's stage inputs (concat exchange)."""
+    def _extra_in(self, j: int, num_stages: int, backbone: bool = False) -> tuple[int, ...]:
+        """Channels that the other columns add to column j's stage inputs (concat exchange;
+        a backbone column projects them in whatever the mode)."""
         extra = [0] * num_stages
-        if self.exchange_mode == "concat":
+        if self.exchange_mode == "concat" or backbone:
             for stage in self.exchange_stages:
                 extra[stage + 1] = sum(c.widths[stage] for k, c in enumerate(self.specs) if k != j)
         return tuple(extra)
@@ -204,6 +313,11 @@ class MultiColumnSegNet(SegmentationModel):
         self.devices = list(devices)
         return self
 
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """The pretrained backbones' own parameters (not their zero-started inject convs)."""
+        backbones = [c for c in self.columns if isinstance(c, BackboneColumn)]
+        return [p for c in backbones for p in c.net.parameters() if p.requires_grad]
+
     def parts(self) -> dict[str, list[nn.Module]]:
         parts = {}
         for j, spec in enumerate(self.specs):
@@ -214,12 +328,15 @@ class MultiColumnSegNet(SegmentationModel):
         parts["decoder"] = [self.decoder]
         return parts
 
-    def _exchange(self, outputs: list[Tensor], j: int) -> Tensor:
+    def _exchange(self, outputs: list[Tensor], j: int, stage: int) -> Tensor:
         """Column j's own stage output joined with the others', resized and moved to it."""
         own = outputs[j]
         others = [
             resize_to(f, own.shape[-2:]).to(own.device) for k, f in enumerate(outputs) if k != j
         ]
+        column = self.columns[j]
+        if isinstance(column, BackboneColumn):
+            return column.join(stage + 1, own, others)
         if self.exchange_mode == "concat":
             return torch.cat([own, *others], dim=1)
         for other in others:
@@ -236,11 +353,11 @@ class MultiColumnSegNet(SegmentationModel):
             inputs.append(self._prepare(scaled, device))
         features: list[list[Tensor]] = [[] for _ in self.specs]
         for i in range(len(self.specs[0].widths)):
-            outputs = [col.stages[i](inp) for col, inp in zip(self.columns, inputs, strict=True)]
+            outputs = [col.stage(i, inp) for col, inp in zip(self.columns, inputs, strict=True)]
             for j, out in enumerate(outputs):
                 features[j].append(out)
             if i in self.exchange_stages:
-                inputs = [self._exchange(outputs, j) for j in range(len(outputs))]
+                inputs = [self._exchange(outputs, j, i) for j in range(len(outputs))]
             else:
                 inputs = outputs
         return features

