@@ -27,6 +27,7 @@ from seg.engine.evaluate import metric_names
 from seg.engine.losses import build_loss
 from seg.engine.optim import autocast_dtype, build_optimizer, build_scaler, build_scheduler
 from seg.models import build_model
+from seg.models.build import input_normalization
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,21 @@ def build_ddp_model(cfg: Config, ckpt: dict[str, Any] | None) -> tuple[nn.Module
     return ddp, model
 
 
+def check_normalization(cfg: Config) -> None:
+    """Pretrained weights see inputs normalised as in their training, or a clear error."""
+    expected = input_normalization(cfg.model)
+    if expected is None:
+        return
+    mean, std = expected
+    got = (list(cfg.aug.mean), list(cfg.aug.std))
+    if not np.allclose(got, (mean, std), atol=1e-3):
+        rounded = [[round(v, 4) for v in mean], [round(v, 4) for v in std]]
+        raise ValueError(
+            f"aug.mean={got[0]} and aug.std={got[1]} differ from the normalisation that the "
+            f"pretrained weights expect; set aug.mean={rounded[0]} aug.std={rounded[1]}"
+        )
+
+
 def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
     """Build everything from ``cfg``; with ``ckpt``, also restore the weights, the optimiser,
     schedule and scaler states and this rank's random states."""
@@ -101,6 +117,7 @@ def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
         raise ValueError(
             f"trainer.best_metric={t.best_metric!r}; valid: {metric_names(num_classes)}"
         )
+    check_normalization(cfg)
     model, model_without_ddp = build_ddp_model(cfg, ckpt)
     devices = list(model_without_ddp.devices)
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p

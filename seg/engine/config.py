@@ -59,7 +59,9 @@ class TrainerConfig:
     val_split: str = "val"
     target_pixel_acc: float = 0.88
     stop_at_target: bool = False
-    best_metric: str = "pixel_acc"  # overall validation metric (higher is better) for best.pt
+    # Overall validation metric (higher is better) that picks best.pt. Person IoU, not pixel
+    # accuracy: with most pixels background, accuracy rewards missing small people.
+    best_metric: str = "iou_person"
     ckpt_every_steps: int = 0  # also write last.pt every N steps; 0 = at epoch ends only
     keep_last: int = 3  # step checkpoints kept beside last.pt and best.pt; 0 = none
     resume: str | None = None  # auto (run_dir's last.pt, if any) | a checkpoint | a run dir
@@ -120,6 +122,9 @@ class OptimConfig:
     weight_decay: float = 1e-4
     # Weight decay of normalisation layers and biases; null = the same as weight_decay.
     norm_weight_decay: float | None = 0.0
+    # LR of pretrained backbones as a fraction of lr (the new layers get lr): fine-tuning moves
+    # ImageNet features gently, as DETR's and Mask2Former's 0.1 do. 1 = one LR for all.
+    backbone_lr_mult: float = 1.0
     schedule: ScheduleName = ScheduleName.poly
     power: float = 0.9  # poly
     min_lr_ratio: float = 0.0  # final LR of poly / cosine, as a fraction of lr
@@ -136,6 +141,12 @@ class OptimConfig:
             "null or a number >= 0",
         )
         _check(0 <= self.momentum < 1, "optim.momentum", self.momentum, "a number in [0, 1)")
+        _check(
+            0 <= self.backbone_lr_mult <= 1,
+            "optim.backbone_lr_mult",
+            self.backbone_lr_mult,
+            "a fraction in [0, 1] of optim.lr",
+        )
         _check(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "optim.betas",

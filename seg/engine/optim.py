@@ -26,27 +26,37 @@ def _value(x: object) -> str:
 
 
 def param_groups(
-    model: nn.Module, weight_decay: float, norm_weight_decay: float | None
+    model: nn.Module,
+    weight_decay: float,
+    norm_weight_decay: float | None,
+    backbone_lr_mult: float = 1.0,
 ) -> list[dict]:
-    """Two groups: weights, and normalisation-layer parameters plus biases (as torchvision's
-    ``set_weight_decay``), whose decay is ``norm_weight_decay`` (None: ``weight_decay``)."""
-    if norm_weight_decay is None:
-        return [
-            {
-                "params": [p for p in model.parameters() if p.requires_grad],
-                "weight_decay": weight_decay,
-            }
-        ]
-    decay, no_decay = [], []
+    """Weights, and normalisation-layer parameters plus biases (as torchvision's
+    ``set_weight_decay``), whose decay is ``norm_weight_decay`` (None: ``weight_decay``); with
+    ``backbone_lr_mult != 1`` the same two again for the pretrained backbones
+    (``model.backbone_parameters()``), with ``lr_mult`` set. Empty groups are left out; the
+    first group is always one of the new layers' (its LR is the one logged)."""
+    backbone_ids: set[int] = set()
+    if backbone_lr_mult != 1.0 and hasattr(model, "backbone_parameters"):
+        backbone_ids = {id(p) for p in model.backbone_parameters()}
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {
+        key: [] for key in ((False, True), (False, False), (True, True), (True, False))
+    }
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
             if not p.requires_grad:
                 continue
-            (no_decay if isinstance(module, _NORMS) or name == "bias" else decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": norm_weight_decay},
-    ]
+            decays = norm_weight_decay is None or not (isinstance(module, _NORMS) or name == "bias")
+            groups[(id(p) in backbone_ids, decays)].append(p)
+    out = []
+    for (backbone, decays), params in groups.items():
+        if params:
+            decay = weight_decay if decays else norm_weight_decay
+            group = {"params": params, "weight_decay": decay}
+            if backbone:
+                group["lr_mult"] = backbone_lr_mult
+            out.append(group)
+    return out
 
 
 OPTIMIZERS: dict[str, Callable[[list[dict], OptimConfig], Optimizer]] = {
@@ -62,8 +72,11 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> Optimizer:
         raise ValueError(f"unknown optim.name {name!r}; valid names: {sorted(OPTIMIZERS)}")
     if name == "sgd" and cfg.nesterov and cfg.momentum <= 0:
         raise ValueError("optim.nesterov=true needs optim.momentum > 0")
-    groups = param_groups(model, cfg.weight_decay, cfg.norm_weight_decay)
-    return OPTIMIZERS[name](groups, cfg)
+    groups = param_groups(model, cfg.weight_decay, cfg.norm_weight_decay, cfg.backbone_lr_mult)
+    optimizer = OPTIMIZERS[name](groups, cfg)
+    for group in optimizer.param_groups:  # LambdaLR scales each group's initial_lr
+        group["lr"] = cfg.lr * group.get("lr_mult", 1.0)
+    return optimizer
 
 
 class WarmupSchedule:
