@@ -32,8 +32,9 @@ from omegaconf import MISSING
 from torch import Tensor, nn
 
 from seg.config import AugConfig, Config
+from seg.data.batching import pad_batch
 from seg.data.io import read_image
-from seg.data.transforms import build_eval_transform, check_aug_config
+from seg.data.transforms import build_eval_transform, check_aug_config, eval_pad_value
 
 INPUT_NAME, OUTPUT_NAME = "image", "logits"
 AXES = ("batch", "height", "width")  # names of the dynamic axes 0, 2 and 3 in the ONNX file
@@ -171,7 +172,9 @@ def image_batches(
 ) -> list[Tensor]:
     """Real images through the eval preset at each (H, W) in ``sizes``: one batch per pair.
 
-    Batch ``i`` has ``batch_sizes[i]`` images at ``sizes[i]``, cycling through ``images``.
+    Batch ``i`` has ``batch_sizes[i]`` images at ``sizes[i]``, cycling through ``images``;
+    portrait and landscape canvases are padded to the batch's largest H and W with the eval
+    preset's pad value (``pad_batch``).
     """
     if len(sizes) != len(batch_sizes) or not images:
         raise ValueError(
@@ -180,12 +183,13 @@ def image_batches(
         )
     batches, k = [], 0
     for size, batch_size in zip(sizes, batch_sizes, strict=True):
-        transform = build_eval_transform(dataclasses.replace(aug, eval_size=list(size)))
+        sized = dataclasses.replace(aug, eval_size=list(size))
+        transform = build_eval_transform(sized)
         items = []
         for _ in range(batch_size):
             items.append(transform(image=images[k % len(images)])["image"])
             k += 1
-        batches.append(torch.stack(items))
+        batches.append(pad_batch(items, image_fill=eval_pad_value(sized))[0])
     return batches
 
 

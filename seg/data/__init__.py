@@ -1,5 +1,6 @@
 """Datasets, transforms and loaders for human segmentation."""
 
+from seg.data.batching import PadCollate, pad_batch, run_by_size
 from seg.data.datasets import (
     SOURCE_NAMES,
     SegDataset,
@@ -18,12 +19,15 @@ __all__ = [
     "IGNORE_INDEX",
     "SOURCE_NAMES",
     "BadSampleError",
+    "PadCollate",
     "SegDataset",
     "build_dataset",
     "build_eval_datasets",
     "build_loader",
     "build_train_dataset",
     "list_source",
+    "pad_batch",
+    "run_by_size",
     "save_splits",
     "source_names",
     "train_source_names",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import albumentations as A
@@ -65,6 +65,7 @@ def build_loader(
     sampler: Sampler | None = None,
     pin_memory: bool | None = None,
     prefetch_factor: int | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
 ) -> DataLoader:
     """A DataLoader for training (shuffled, last partial batch dropped) or evaluation.
 
@@ -73,7 +74,9 @@ def build_loader(
     sample is seen once without padding, is the evaluation code's business, not this sampler's.
     Pinned memory defaults to on when CUDA is available. ``seed`` fixes the shuffling order and,
     with ``rank``, the augmentation streams; workers persist across epochs. A given ``sampler``
-    (e.g. the engine's resumable one) replaces the default order.
+    (e.g. the engine's resumable one) replaces the default order. ``collate_fn`` (default:
+    torch's) makes the batches, e.g. ``seg.data.batching.PadCollate`` for eval-preset samples,
+    whose sizes differ with their orientation.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -104,4 +107,5 @@ def build_loader(
         generator=torch.Generator().manual_seed(seed),
         persistent_workers=num_workers > 0,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
+        collate_fn=collate_fn,
     )

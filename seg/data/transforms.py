@@ -148,6 +148,15 @@ def build_eval_transform(cfg: AugConfig) -> A.Compose:
     return A.Compose(transforms)
 
 
+def eval_pad_value(cfg: AugConfig) -> tuple[float, float, float]:
+    """What the eval preset's padded image pixels hold after normalisation, per channel:
+    ``cfg.image_fill`` through the same ``Normalize`` (the value to pad batches with)."""
+    p = check_aug_config(cfg)
+    pixel = np.full((1, 1, 3), p.image_fill, np.uint8)
+    out = A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0)(image=pixel)["image"]
+    return float(out[0, 0, 0]), float(out[0, 0, 1]), float(out[0, 0, 2])
+
+
 def eval_content_size(image_hw: Sequence[int], eval_size: Sequence[int]) -> tuple[int, int]:
     """Size (h', w') of the image inside the eval transform's padded output; the rest is padding.
 
@@ -188,5 +197,6 @@ __all__ = [
     "check_aug_config",
     "denormalize",
     "eval_content_size",
+    "eval_pad_value",
     "seed_transform",
 ]

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from seg.config import Config
 from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset
-from seg.data.transforms import build_eval_transform
+from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine import distributed as du
 from seg.engine.checkpoint import restore_rng
 from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
@@ -151,7 +151,9 @@ def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
         cuda_devices=sorted({d for d in devices if d.type == "cuda"}, key=str),
         train_loader=loader,
         sampler=sampler,
-        val_loader=build_val_loader(val_sets, t.eval_batch_size, t.num_workers, rank, ws),
+        val_loader=build_val_loader(
+            val_sets, t.eval_batch_size, t.num_workers, rank, ws, eval_pad_value(eval_aug)
+        ),
         sources=list(val_sets),
         transforms=[train_set.transform],
         steps_per_epoch=steps_per_epoch,

@@ -8,12 +8,12 @@ skipping the samples already consumed, without loading them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, DistributedSampler, Subset
 
-from seg.data import build_loader
+from seg.data import IGNORE_INDEX, PadCollate, build_loader
 
 
 class ResumableSampler(DistributedSampler):
@@ -77,12 +77,23 @@ def shard(size: int, rank: int, world_size: int) -> range:
 
 
 def build_val_loader(
-    datasets: dict[str, Dataset], batch_size: int, num_workers: int, rank: int, world_size: int
+    datasets: dict[str, Dataset],
+    batch_size: int,
+    num_workers: int,
+    rank: int,
+    world_size: int,
+    image_fill: float | Sequence[float] = 0.0,
 ) -> DataLoader | None:
     """One loader over this rank's shard of all sources together (samples carry ``source``);
-    None when the shard is empty (more ranks than validation samples)."""
+    None when the shard is empty (more ranks than validation samples).
+
+    Eval-preset samples are portrait or landscape canvases: batches are padded to their largest
+    H and W (``PadCollate``: images with ``image_fill``, the eval preset's ``eval_pad_value``,
+    masks with the ignore index) and carry each sample's ``size`` for ``run_by_size``.
+    """
     joined = ConcatDataset(list(datasets.values()))
     part = Subset(joined, shard(len(joined), rank, world_size))
     if len(part) == 0:
         return None
-    return build_loader(part, batch_size, train=False, num_workers=num_workers)
+    collate = PadCollate(image_fill, IGNORE_INDEX)
+    return build_loader(part, batch_size, train=False, num_workers=num_workers, collate_fn=collate)

@@ -2,8 +2,10 @@
 
 Every validation sample is scored on exactly one rank (contiguous shards, no padding) and the
 integer matrices are summed before any ratio is taken, so the result is the same on any number
-of replicas. Scoring happens at the eval transform's size (``aug.eval_size``) with the padding
-ignored (mask 255); scoring at the original resolution is the evaluation script's job.
+of replicas. Scoring happens at the eval transform's size (``aug.eval_size``, or its transpose
+for landscape images) with the padding ignored (mask 255); samples of each canvas size run on
+their own (``run_by_size``), so batches that mix orientations change nothing. Scoring at the
+original resolution is the evaluation script's job.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from seg.data import IGNORE_INDEX
+from seg.data import IGNORE_INDEX, run_by_size
 from seg.engine import distributed as du
 from seg.metrics import confusion_matrix, metrics_from_confusion
 
@@ -32,7 +34,8 @@ def evaluate(
     """Confusion matrix (C, C) int64 of each source, over all ranks' shards.
 
     ``model`` is the plain module (not DDP: shards differ in length, so no collective may run
-    inside the loop); ``loader`` is this rank's shard (None: empty). Every rank must call this.
+    inside the loop); ``loader`` is this rank's shard (None: empty), batches as
+    ``build_val_loader`` makes them (with ``size``). Every rank must call this.
     """
     was_training = model.training
     model.eval()
@@ -42,7 +45,9 @@ def evaluate(
         images = batch["image"].to(device, non_blocking=True)
         masks = batch["mask"].to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            pred = model(images)["out"].argmax(1)
+            # Each canvas size on its own: a sample's prediction never depends on its batch.
+            logits = run_by_size(lambda x: model(x)["out"], images, batch["size"])
+        pred = logits.argmax(1)  # 0 beyond a sample's size, where its mask is 255 (ignored)
         for name in sorted(set(batch["source"])):
             if name not in index:
                 raise KeyError(f"validation sample from source {name!r}, expected {sources}")

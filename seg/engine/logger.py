@@ -162,7 +162,8 @@ class MetricLogger:
 
     def watch_val_images(self, dataset: Any | None) -> None:
         """Keep the first ``val_images`` samples of ``dataset`` (dicts with ``image`` (3, H, W)
-        and ``mask`` (H, W), all of one size: the eval preset's) for :meth:`log_val_images`."""
+        and ``mask`` (H, W): eval-preset canvases, portrait or landscape) for
+        :meth:`log_val_images`."""
         if self.tb is None or dataset is None or self.val_images <= 0:
             return
         self.val_samples = [dataset[i] for i in range(min(self.val_images, len(dataset)))]
@@ -177,23 +178,30 @@ class MetricLogger:
         std: Sequence[float],
         amp_dtype: torch.dtype | None = None,
     ) -> None:
-        """``val_images/<i>``: input | truth | prediction of the watched samples, (H, 3W, 3).
+        """``val_images/<i>``: input | truth | prediction of the watched samples, (H, 3W, 3)
+        at each sample's canvas size.
 
         ``model`` is the plain module (not DDP): only this rank runs it."""
         if self.tb is None or not self.val_samples:
             return
+        from seg.data import pad_batch, run_by_size
         from seg.data.transforms import denormalize
         from seg.evaluation.panels import three_panels
 
-        images = torch.stack([s["image"] for s in self.val_samples]).to(device)
+        images, _ = pad_batch([s["image"] for s in self.val_samples])
+        sizes = [s["image"].shape[-2:] for s in self.val_samples]
         was_training = model.training
         model.eval()
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            preds = model(images)["out"].argmax(1).cpu().numpy()
+            logits = run_by_size(lambda x: model(x)["out"], images.to(device), sizes)
+        preds = logits.argmax(1).cpu().numpy()
         model.train(was_training)
-        for i, (sample, pred) in enumerate(zip(self.val_samples, preds, strict=True)):
+        for i, (sample, pred, (h, w)) in enumerate(
+            zip(self.val_samples, preds, sizes, strict=True)
+        ):
             truth = sample["mask"].numpy().astype(np.uint8)
-            panels = three_panels(denormalize(sample["image"], mean, std), truth, pred == 1)
+            image = denormalize(sample["image"], mean, std)
+            panels = three_panels(image, truth, pred[:h, :w] == 1)
             self.tb.add_image(f"val_images/{i}", panels, step, dataformats="HWC")
         self.tb.flush()
 

@@ -2,15 +2,17 @@
 augmentation (flip, several scales) and sliding windows.
 
 Built on ``seg.inference.predictor``: one :class:`Predictor` per scale (its eval preset fits
-the image into ``eval_size * scale``, its ``logits`` does the flip), and ``restore_logits``
-crops the padding and resizes the logits to H x W. Per scale the logits are restored and turned
-into probabilities; the probabilities are averaged over the scales. Sliding windows cover each
-scale's model input; overlapping logits are averaged (as mmsegmentation's ``slide`` mode).
+the image into ``eval_size * scale``, as bounds of the long and short side, its ``logits`` does
+the flip), and ``restore_logits`` crops the padding and resizes the logits to H x W. Per scale
+the logits are restored and turned into probabilities; the probabilities are averaged over the
+scales. Sliding windows cover each scale's model input; overlapping logits are averaged (as
+mmsegmentation's ``slide`` mode).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -37,7 +39,8 @@ def slide_logits(
 ) -> Tensor:
     """Logits of (B, 3, H, W) from windows of ``window`` (H, W) every ``stride`` (H, W).
 
-    A window larger than the input shrinks to it (one window: the plain logits). Where windows
+    A window larger than the input shrinks to it (one window: the plain logits); the window is
+    not turned for a landscape input. Where windows
     overlap their logits are averaged. ``logits_fn``: (B, 3, h, w) -> (B, K, h, w).
     """
     _, _, h, w = batch.shape
@@ -90,8 +93,7 @@ class ProbabilityPredictor:
             return []
         sums: list[Tensor | None] = [None] * len(images)
         for predictor in self.predictors:
-            batch = torch.stack([predictor.transform(image=im)["image"] for im in images])
-            logits = self._logits(predictor, batch)
+            logits = predictor.batch_logits(images, functools.partial(self._logits, predictor))
             for i, (image, item) in enumerate(zip(images, logits, strict=True)):
                 prob = restore_logits(item, image.shape[:2], predictor.eval_size).softmax(dim=0)
                 sums[i] = prob if sums[i] is None else sums[i] + prob

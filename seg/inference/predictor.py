@@ -1,10 +1,11 @@
 """Batched prediction at each image's own resolution, on an automatically chosen device.
 
-The images go through the evaluation preset (fit into ``aug.eval_size``, pad bottom/right), so
-images of any sizes share one batch. Each image's logits are cropped back to its content
-(``eval_content_size``), resized bilinearly to its original H x W, and only then turned into a
-mask (argmax) and a person probability (softmax): resizing logits rather than masks gives
-smooth, sub-pixel contours.
+The images go through the evaluation preset (resize into ``aug.eval_size``, which bounds the
+long and the short side, pad bottom/right to a canvas of the image's orientation), so images of
+any sizes share one batch (``seg.data.batching``). Each image's logits are cropped back to its
+content (``eval_content_size``), resized bilinearly to its original H x W, and only then turned
+into a mask (argmax) and a person probability (softmax): resizing logits rather than masks
+gives smooth, sub-pixel contours.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seg.config import Config
+from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
 from seg.models.devices import resolve_devices
 
@@ -63,9 +65,11 @@ def inference_devices(
 
 
 def restore_logits(logits: Tensor, image_hw: Sequence[int], eval_size: Sequence[int]) -> Tensor:
-    """Undo the eval preset: (K, eval_h, eval_w) logits -> (K, H, W) at the image's size.
+    """Undo the eval preset: (K, h, w) logits -> (K, H, W) at the image's size.
 
-    Crops the padding (bottom/right) off, then resizes bilinearly to ``image_hw``.
+    Crops the padding (bottom/right, of any amount: the canvas, a batch's) off, keeping
+    ``[:h', :w']`` with ``(h', w') = eval_content_size(image_hw, eval_size)``, then resizes
+    bilinearly to ``image_hw``.
     """
     h, w = eval_content_size(image_hw, eval_size)
     content = logits[None, :, :h, :w]
@@ -79,8 +83,8 @@ class Predictor:
 
     ``model`` must already sit on its devices (``model.devices[0]`` receives the batch) and
     return ``{"out": (B, K, H, W)}`` with K >= 2, class 1 = person. ``transform`` is the eval
-    preset for ``eval_size`` (H, W). ``tta=True`` averages the logits with those of the
-    horizontally mirrored batch (twice the compute).
+    preset for ``eval_size`` (bounds of the long and the short side). ``tta=True`` averages the
+    logits with those of the horizontally mirrored batch (twice the compute).
     """
 
     def __init__(
@@ -97,7 +101,7 @@ class Predictor:
         self.device = getattr(model, "devices", [torch.device("cpu")])[0]
 
     def logits(self, batch: Tensor) -> Tensor:
-        """Normalised (B, 3, eval_h, eval_w) -> float32 logits (B, K, eval_h, eval_w)."""
+        """Normalised (B, 3, h, w) -> float32 logits (B, K, h, w)."""
         batch = batch.to(self.device, non_blocking=True)
         out = self.model(batch)["out"].float()
         if out.shape[1] < 2:
@@ -109,12 +113,21 @@ class Predictor:
             out = (out + self.model(batch.flip(-1))["out"].float().flip(-1)) / 2
         return out
 
+    def batch_logits(
+        self, images: Sequence[np.ndarray], logits_fn: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        """uint8 (H, W, 3) images through the eval preset and ``logits_fn`` -> (B, K, H', W'):
+        portrait and landscape canvases padded into one batch, and each canvas size run on its
+        own (``run_by_size``), so an image's logits never depend on its batch."""
+        tensors = [self.transform(image=image)["image"] for image in images]
+        batch, _ = pad_batch(tensors)  # the padding never reaches the model
+        return run_by_size(logits_fn, batch, [t.shape[-2:] for t in tensors])
+
     @torch.inference_mode()
     def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
         if not images:
             return []
-        batch = torch.stack([self.transform(image=image)["image"] for image in images])
-        logits = self.logits(batch)
+        logits = self.batch_logits(images, self.logits)
         results = []
         for image, item in zip(images, logits, strict=True):
             full = restore_logits(item, image.shape[:2], self.eval_size)
