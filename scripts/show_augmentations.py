@@ -81,8 +81,8 @@ def augmentation_grid(cfg: ShowConfig) -> np.ndarray:
     pool = dataset if cfg.split == "train" else build_dataset(cfg.data, "train")
     train_tf = build_train_transform(cfg.aug, seed=cfg.seed, pool=pool)
     eval_tf = build_eval_transform(cfg.aug)
-    height = max(cfg.aug.crop_size[0], cfg.aug.eval_size[0])
-    width = max(cfg.aug.crop_size[1], cfg.aug.eval_size[1])
+    long = max(cfg.aug.eval_size)  # the eval view is portrait or landscape, as its photo
+    height, width = max(cfg.aug.crop_size[0], long), max(cfg.aug.crop_size[1], long)
     rows = []
     for i in indices:
         image, mask = dataset.load_raw(int(i))

@@ -5,6 +5,7 @@ output contract, exactness of the counts, and the test-time augmentations."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import json
 import math
@@ -19,12 +20,23 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 from torch import nn
-from training_utils import REPO, make_folder_subset, subprocess_env, tiny_overrides, torchrun
+from training_utils import (
+    REPO,
+    calibrate_batchnorm,
+    make_folder_subset,
+    subprocess_env,
+    tiny_overrides,
+    torchrun,
+)
 
 from seg.config import DataConfig, compose_config
-from seg.data import list_source
+from seg.data import SegDataset, list_source, pad_batch
 from seg.data.io import read_image, read_mask_array
+from seg.data.listing import list_vikram
+from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.checkpoint import load_model_from_checkpoint
+from seg.engine.data import build_val_loader
+from seg.engine.evaluate import evaluate
 from seg.engine.train import train
 from seg.evaluation.config import compose_eval_config
 from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
@@ -240,6 +252,65 @@ def test_multi_scale_averages_the_probabilities_of_each_scale(photos: list[np.nd
     for b, s, g in zip(both, small, large, strict=True):
         torch.testing.assert_close(b, (s + g) / 2, rtol=0, atol=1e-6)
         torch.testing.assert_close(b.sum(0), torch.ones_like(b[0]))
+
+
+MIXED = ("1.jpg", "3.jpg", "56.jpg")  # landscape 183x276, portrait 275x183, square 300x300
+
+
+def test_mixed_orientations_in_one_batch_equal_each_image_alone(
+    checkpoint: Path, shared_datasets: Path
+) -> None:
+    """Landscape, portrait and square photos share a batch (two canvases: 128x96 and 96x128)
+    and get, with each test-time option, the probabilities each gets alone, at its own size."""
+    model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
+    cfg.aug.eval_size = [128, 96]
+    photos = [read_image(shared_datasets / "vikram_human_seg/Training_Images" / n) for n in MIXED]
+    transform = build_eval_transform(cfg.aug)
+    model = calibrate_batchnorm(model, pad_batch([transform(image=p)["image"] for p in photos])[0])
+    options = [{}, {"flip": True, "scales": [0.75, 1.0]}, {"window": [64, 48], "stride": [32, 24]}]
+    for kwargs in options:
+        predictor = build_probability_predictor(model, cfg, "cpu", **kwargs)
+        canvases = [predictor.predictors[-1].transform(image=p)["image"].shape for p in photos]
+        assert [tuple(c[1:]) for c in canvases] == [(96, 128), (128, 96), (128, 96)]
+        together = predictor(photos)
+        for photo, prob in zip(photos, together, strict=True):
+            alone = predictor([photo])[0]
+            assert prob.shape == (2, *photo.shape[:2])
+            torch.testing.assert_close(prob, alone, rtol=0, atol=1e-5)
+            assert torch.equal(prob.argmax(0), alone.argmax(0)), kwargs
+            assert 0 < prob.argmax(0).float().mean() < 1  # both classes: a real comparison
+
+
+def test_validation_batches_mix_orientations_and_score_as_batches_of_one(
+    checkpoint: Path, shared_datasets: Path
+) -> None:
+    """Training's validation loader pads a mixed batch (images with the eval preset's pad
+    value, masks with 255) and ``evaluate`` counts exactly what batches of one count."""
+    model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
+    aug = dataclasses.replace(cfg.aug, eval_size=[128, 96], mask_fill=255)
+    listing = list_vikram(shared_datasets / "vikram_human_seg", 0.0, 0.0)
+    refs = [listing.refs[n.removesuffix(".jpg")] for n in (*MIXED, "2.jpg")]
+    datasets = {"vikram_human_seg": SegDataset(refs, build_eval_transform(aug))}
+    fill = eval_pad_value(aug)
+    loader = build_val_loader(datasets, 3, 0, 0, 1, fill)
+    batch = next(iter(loader))
+    assert batch["image"].shape == (3, 3, 128, 128) and batch["mask"].shape == (3, 128, 128)
+    assert batch["size"].tolist() == [[96, 128], [128, 96], [128, 96]]
+    for i, (h, w) in enumerate(batch["size"].tolist()):
+        sample = datasets["vikram_human_seg"][i]
+        assert torch.equal(batch["image"][i, :, :h, :w], sample["image"])
+        assert torch.equal(batch["mask"][i, :h, :w], sample["mask"])
+        assert (batch["mask"][i, h:] == 255).all() and (batch["mask"][i, :, w:] == 255).all()
+        pad = batch["image"][i, :, :, w:]
+        assert torch.equal(pad, torch.tensor(fill)[:, None, None].expand_as(pad))
+    model = calibrate_batchnorm(model, batch["image"])
+    cpu, sources = torch.device("cpu"), ["vikram_human_seg"]
+    mixed = evaluate(model, loader, cpu, sources, 2)["vikram_human_seg"]
+    assert mixed[:, 0].sum() > 0 and mixed[:, 1].sum() > 0  # both classes predicted
+    ones = evaluate(model, build_val_loader(datasets, 1, 0, 0, 1, fill), cpu, sources, 2)
+    assert mixed.tolist() == ones["vikram_human_seg"].tolist()
+    labelled = sum(int((datasets["vikram_human_seg"][i]["mask"] != 255).sum()) for i in range(4))
+    assert int(mixed.sum()) == labelled  # padding never counted
 
 
 def test_an_image_without_person_has_nan_iou_written_nan(tmp_path: Path) -> None:

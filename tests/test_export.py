@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from training_utils import calibrate_batchnorm
 
 from seg.config import Config, compose_config
+from seg.data.batching import pad_batch
 from seg.data.io import read_image
-from seg.data.transforms import build_eval_transform
+from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.models import build_model, num_columns
 
 pytest.importorskip("onnxruntime", reason="export checks need onnxruntime")
@@ -54,14 +56,9 @@ def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
     torch.manual_seed(0)
     model = build_model(cfg.model)
     transform = build_eval_transform(cfg.aug)
-    batch = torch.stack([transform(image=im)["image"] for im in images])
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.reset_running_stats()
-            m.momentum = None
-    with torch.no_grad():
-        model.train()(batch)
-    return model.eval()
+    tensors = [transform(image=im)["image"] for im in images]
+    batch, _ = pad_batch(tensors, image_fill=eval_pad_value(cfg.aug))  # portrait and landscape
+    return calibrate_batchnorm(model, batch)
 
 
 @pytest.fixture
@@ -97,7 +94,9 @@ def test_export_script_dual_channel_matches_pytorch_on_real_images(
     result = json.loads(capsys.readouterr().out)
     with capsys.disabled():
         print(f"\ndual_channel ONNX vs PyTorch: {result['cases']}")
-    assert [c["shape"] for c in result["cases"]] == [[1, 3, 256, 192], [3, 3, 321, 241]]
+    # Files in name order: 00001 (portrait); then 1 (landscape: a 241 x 321 canvas), 3 and 56
+    # (portrait and square: 321 x 241) in one batch, padded to 321 x 321.
+    assert [c["shape"] for c in result["cases"]] == [[1, 3, 256, 192], [3, 3, 321, 321]]
     assert result["max_abs_diff"] < TOLERANCE
     assert result["mask_agreement"] >= MIN_AGREEMENT
 

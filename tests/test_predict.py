@@ -13,9 +13,12 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import MissingMandatoryValue
 from torch import nn
+from training_utils import calibrate_batchnorm
 
 from seg.config import BadSamplePolicy, Config, compose_config
+from seg.data.batching import pad_batch
 from seg.data.io import BadSampleError, read_image
+from seg.data.transforms import eval_pad_value
 from seg.inference import (
     AlphaMode,
     OutputKind,
@@ -51,14 +54,9 @@ def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
     torch.manual_seed(0)
     model = build_model(cfg.model)
     predictor = build_predictor(model, cfg, device="cpu")
-    batch = torch.stack([predictor.transform(image=im)["image"] for im in images])
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.reset_running_stats()
-            m.momentum = None  # cumulative average over the calibration batch
-    with torch.no_grad():
-        model.train()(batch)
-    return model.eval()
+    tensors = [predictor.transform(image=im)["image"] for im in images]
+    batch, _ = pad_batch(tensors, image_fill=eval_pad_value(cfg.aug))  # portrait and landscape
+    return calibrate_batchnorm(model, batch)
 
 
 @pytest.fixture
@@ -268,6 +266,27 @@ def test_script_end_to_end_from_a_checkpoint(setup, photos, tmp_path, caplog):
     assert "missing.jpg: input does not exist" in caplog.text
     assert predict.main([f"checkpoint={tmp_path / 'nope.pt'}", "input=x"]) == 2
     assert "nope.pt does not exist" in caplog.text
+
+
+def test_script_on_a_landscape_photo_writes_a_mask_of_its_size(setup, photos, tmp_path):
+    """A landscape photo goes through the turned canvas (96 x 128 for eval_size [128, 96]) and
+    its mask comes back at the photo's own size, as the predictor makes it."""
+    from seg.engine.checkpoint import save_atomic
+    from seg.engine.run_dir import config_to_dict
+
+    model, cfg = setup
+    ckpt = tmp_path / "last.pt"
+    save_atomic({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+    image = read_image(photos / "1.jpg")
+    assert image.shape[:2] == (183, 276)
+    predictor = build_predictor(model, cfg, device="cpu")
+    assert predictor.transform(image=image)["image"].shape == (3, 96, 128)
+    out = tmp_path / "out"
+    args = [f"checkpoint={ckpt}", f"input={photos / '1.jpg'}", f"out={out}", "outputs=[mask]"]
+    assert load_script("predict").main([*args, "progress=false"]) == 0
+    mask = cv2.imread(str(out / "1_mask.png"), cv2.IMREAD_UNCHANGED)
+    assert mask.shape == (183, 276) and 0 < mask.mean() < 255
+    np.testing.assert_array_equal(mask, predictor([image])[0].mask * 255)
 
 
 def test_devices_are_chosen_automatically_or_per_column():

@@ -195,3 +195,35 @@ def test_flatten_hparams() -> None:
         "model.pretrained": "none",
         "trainer.precision": "bf16",
     }
+
+
+def test_validation_images_of_both_orientations(shared_datasets: Path, tmp_path: Path) -> None:
+    """Watched samples on portrait and landscape canvases: panels at each sample's own size."""
+    import torch
+    from torch import nn
+
+    from seg.config import AugConfig
+    from seg.data import SegDataset
+    from seg.data.listing import list_vikram
+    from seg.data.transforms import build_eval_transform
+
+    listing = list_vikram(shared_datasets / "vikram_human_seg", 0.0, 0.0)
+    aug = AugConfig(eval_size=[64, 48])
+    refs = [listing.refs[i] for i in ("1", "3")]  # landscape, portrait
+    dataset = SegDataset(refs, build_eval_transform(aug))
+    logger = MetricLogger(tmp_path, tensorboard=True, val_images=2)
+    logger.watch_val_images(dataset)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 2, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"out": self.conv(x)}
+
+    logger.log_val_images(1, Net(), torch.device("cpu"), aug.mean, aug.std)
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"images": 0}).Reload()
+    sizes = [(e.height, e.width) for i in (0, 1) for e in events.Images(f"val_images/{i}")]
+    assert sizes == [(48, 3 * 64), (64, 3 * 48)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import albumentations as A
 import numpy as np
 import pytest
 import torch
@@ -18,6 +19,7 @@ from seg.data.transforms import (
     build_train_transform,
     denormalize,
     eval_content_size,
+    eval_pad_value,
 )
 
 SEEDS = (0, 1, 7)
@@ -183,8 +185,13 @@ def test_seed_worker_outside_a_worker_raises() -> None:
         seed_worker(0)
 
 
-@pytest.mark.parametrize("image_hw", [(800, 600), (600, 800), (90, 45), (256, 256), (37, 300)])
-@pytest.mark.parametrize("eval_size", [[256, 256], [128, 96]])
+# Portrait, landscape (a 854x480 video frame), square, odd and extreme sizes.
+IMAGE_SIZES = [(800, 600), (600, 800), (480, 854), (90, 45), (256, 256), (37, 300), (101, 100)]
+IMAGE_SIZES += [(100, 101), (333, 333), (1, 7), (7, 1), (241, 321)]
+
+
+@pytest.mark.parametrize("image_hw", IMAGE_SIZES)
+@pytest.mark.parametrize("eval_size", [[256, 256], [128, 96], [321, 241], [96, 128]])
 def test_eval_fits_pads_bottom_right_and_is_deterministic(image_hw, eval_size) -> None:
     cfg = dataclasses.replace(AugConfig(), eval_size=eval_size, image_fill=0)
     rng = np.random.default_rng(0)
@@ -194,16 +201,51 @@ def test_eval_fits_pads_bottom_right_and_is_deterministic(image_hw, eval_size) -
     transform = build_eval_transform(cfg)
     out, again = transform(image=image, mask=mask), transform(image=image, mask=mask)
     assert torch.equal(out["image"], again["image"]) and torch.equal(out["mask"], again["mask"])
-    assert out["image"].shape == (3, *eval_size) and out["image"].dtype == torch.float32
+    # eval_size bounds the long and short sides: the canvas follows the content's orientation.
+    long, short = max(eval_size), min(eval_size)
     h, w = eval_content_size(image_hw, eval_size)
-    assert h == eval_size[0] or w == eval_size[1], "the image must touch one side"
-    assert abs(h / w - image_hw[0] / image_hw[1]) <= 1.0 / min(h, w)  # aspect ratio kept
+    canvas = tuple(eval_size) if h == w else (long, short) if h > w else (short, long)
+    assert out["image"].shape == (3, *canvas) and out["image"].dtype == torch.float32
+    assert max(h, w) == long or min(h, w) == short, "the image must touch one bound"
+    assert max(h, w) <= long and min(h, w) <= short
+    assert abs(h / w - image_hw[0] / image_hw[1]) <= max(1.0 / min(h, w), 1.0 / min(image_hw))
+    # eval_content_size agrees with the transform: the content is exactly [:h, :w].
     out_mask = out["mask"].numpy()
-    valid = np.zeros(eval_size, bool)
+    valid = np.zeros(canvas, bool)
     valid[:h, :w] = True
     assert np.all(out_mask[valid] != 255) and np.all(out_mask[~valid] == 255)
     rgb = denormalize(out["image"], cfg.mean, cfg.std)
     assert np.all(rgb[~valid] == 0) and rgb[valid].min() > 50
+    if not valid.all():  # padded pixels hold the value batches are padded with
+        pad = out["image"][:, ~torch.from_numpy(valid)]
+        assert torch.equal(pad, torch.tensor(eval_pad_value(cfg))[:, None].expand_as(pad))
+
+
+def test_a_landscape_photo_gets_the_scale_of_its_transpose_and_of_training(data_env) -> None:
+    """People are as large in pixels in a landscape photo as in the same photo turned portrait,
+    and as training's resize (longest side to max(crop_size)) makes them."""
+    from seg.data import build_dataset
+
+    cfg = DataConfig(name="vikram_human_seg", root=str(data_env), download=False)
+    data = build_dataset(cfg, "train")
+    index = next(i for i, r in enumerate(data.refs) if r.id == "1")
+    image, mask = data.load_raw(index)  # 183 x 276, people in it
+    assert image.shape[0] < image.shape[1] and 0 < mask.mean() < 1
+    aug = _aug(eval_size=[256, 192], crop_size=[256, 192], interpolation="linear")
+    transform = build_eval_transform(aug)
+    wide = transform(image=image, mask=mask)
+    tall = transform(image=image.transpose(1, 0, 2).copy(), mask=mask.T.copy())
+    assert wide["image"].shape == (3, 192, 256) and tall["image"].shape == (3, 256, 192)
+    np.testing.assert_array_equal(wide["mask"].numpy(), tall["mask"].numpy().T)
+    # Training's scale (before its random affine): the longest side to max(crop_size).
+    trained = A.LongestMaxSize(max_size=max(aug.crop_size))(image=image)["image"]
+    assert eval_content_size(image.shape[:2], aug.eval_size) == trained.shape[:2] == (170, 256)
+    # The previous rule fit H x W as given: 183 x 276 became 127 x 192, people (256/192)^2 =
+    # 1.78x smaller in area than training made them.
+    old = A.LongestMaxSize(max_size_hw=(256, 192))(image=image, mask=mask)["mask"]
+    assert old.shape == (127, 192)
+    person = int((wide["mask"] == 1).sum())
+    assert person == int((tall["mask"] == 1).sum()) > 1.7 * (old == 1).sum()
 
 
 BAD_VALUES = [
@@ -268,7 +310,8 @@ def test_builders_accept_an_omegaconf_config() -> None:
     cfg = OmegaConf.structured(AugConfig(crop_size=[64, 48], interpolation="cubic"))
     image, mask = _blocks()
     assert build_train_transform(cfg, seed=0)(image=image, mask=mask)["mask"].shape == (64, 48)
-    assert build_eval_transform(cfg)(image=image, mask=mask)["image"].shape == (3, 256, 192)
+    # _blocks() is landscape (90 x 120): the default 256 x 192 canvas turned.
+    assert build_eval_transform(cfg)(image=image, mask=mask)["image"].shape == (3, 192, 256)
 
 
 class _OnePersonPool:
@@ -289,7 +332,8 @@ def test_every_aug_config_builds(aug: str) -> None:
     image, mask = _blocks()
     out = build_train_transform(cfg, seed=0, pool=_OnePersonPool())(image=image, mask=mask)
     assert out["image"].shape == (3, *cfg.crop_size)
-    assert build_eval_transform(cfg)(image=image, mask=mask)["mask"].shape == tuple(cfg.eval_size)
+    landscape = tuple(sorted(cfg.eval_size))  # _blocks() is landscape
+    assert build_eval_transform(cfg)(image=image, mask=mask)["mask"].shape == landscape
 
 
 @pytest.mark.parametrize("source", ["eg_portrait", "ccp", "vikram_human_seg"])

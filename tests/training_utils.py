@@ -1,5 +1,5 @@
 """Helpers of the training tests: a few real pairs as a ``data=folder`` dataset, tiny overrides,
-and a subprocess environment for multi-process runs."""
+a subprocess environment for multi-process runs, and BatchNorm statistics from real images."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_IDS = ("1", "2", "3", "10", "11", "12")  # 3 steps/epoch at batch 2 (or 2 ranks x 1)
@@ -69,3 +70,16 @@ def parameters(path: Path) -> dict[str, torch.Tensor]:
 
     model, _ = load_model_from_checkpoint(path)
     return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+@torch.no_grad()
+def calibrate_batchnorm(model: nn.Module, batch: torch.Tensor) -> nn.Module:
+    """``model`` in eval mode with BatchNorm statistics of ``batch`` (B, 3, H, W) (real images
+    through the eval preset): unlike a fresh or barely trained model (running variances near
+    1), its logits are large enough for masks with both classes."""
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average over the calibration batch
+    model.train()(batch)
+    return model.eval()

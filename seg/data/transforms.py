@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 import albumentations as A
 import cv2
 import numpy as np
 import torch
+from albumentations.augmentations.geometric import functional as fgeometric
 from albumentations.pytorch import ToTensorV2
 
 from seg.config import AugConfig
@@ -116,32 +118,84 @@ def build_train_transform(
     return transform
 
 
-def build_eval_transform(cfg: AugConfig) -> A.Compose:
-    """Evaluation preset (deterministic): fit into ``cfg.eval_size``, pad bottom/right, normalise.
-
-    The image is resized, keeping its aspect ratio, to the largest size that fits in
-    ``cfg.eval_size`` (H, W), then padded at the bottom and right (image ``cfg.image_fill``,
-    mask ``cfg.mask_fill``), so that predictions can be cropped back to
-    ``[:h', :w']`` with ``(h', w') = eval_content_size((h, w), cfg.eval_size)``. Scoring at the
-    original resolution (resizing the cropped logits back to (h, w)) belongs to evaluation, not
-    to this transform. Output: image float32 (3, H, W), mask uint8 (H, W).
+class LongShortResize(A.DualTransform):
+    """Resize keeping the aspect ratio so that the long side is at most ``long_side`` and the
+    short side at most ``short_side``, whatever the orientation (mmsegmentation's
+    ``Resize(scale=(long, short), keep_ratio=True)``): an image and its transpose get the same
+    scale. The size is :func:`eval_content_size`'s; images with ``interpolation``, masks with
+    nearest neighbour. Image (H, W, C) or (H, W), mask (H, W).
     """
-    p = check_aug_config(cfg)
-    eval_h, eval_w = p.eval_size
-    transforms = [
-        A.LongestMaxSize(
-            max_size_hw=(eval_h, eval_w),
-            interpolation=p.interpolation,
-            mask_interpolation=cv2.INTER_NEAREST,
-        ),
-        A.PadIfNeeded(
-            min_height=eval_h,
-            min_width=eval_w,
+
+    def __init__(
+        self, long_side: int, short_side: int, interpolation: int = cv2.INTER_LINEAR, p: float = 1.0
+    ) -> None:
+        super().__init__(p=p)
+        if not 1 <= short_side <= long_side:
+            raise ValueError(f"need 1 <= short_side <= long_side, got {short_side}, {long_side}")
+        self.long_side, self.short_side = int(long_side), int(short_side)
+        self.interpolation = interpolation
+
+    def get_params_dependent_on_data(
+        self, params: dict[str, Any], data: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {"size": eval_content_size(params["shape"][:2], (self.long_side, self.short_side))}
+
+    def apply(self, img: np.ndarray, size: tuple[int, int], **params: Any) -> np.ndarray:
+        return fgeometric.resize(img, size, self.interpolation)
+
+    def apply_to_mask(self, mask: np.ndarray, size: tuple[int, int], **params: Any) -> np.ndarray:
+        return fgeometric.resize(mask, size, cv2.INTER_NEAREST)
+
+
+class PadToCanvas(A.PadIfNeeded):
+    """Pad bottom/right to ``canvas`` (H, W) turned to the content's orientation: as given for
+    square content, otherwise with its long side along the content's long side (a landscape
+    image in a portrait ``canvas`` gets the transposed one). Content larger than that canvas is
+    left as it is on that side."""
+
+    def __init__(self, canvas: Sequence[int], fill: float = 0, fill_mask: float = 0) -> None:
+        super().__init__(
+            min_height=int(canvas[0]),
+            min_width=int(canvas[1]),
             position="top_left",
             border_mode=cv2.BORDER_CONSTANT,
-            fill=p.image_fill,
-            fill_mask=p.mask_fill,
-        ),
+            fill=fill,
+            fill_mask=fill_mask,
+        )
+
+    def get_params_dependent_on_data(
+        self, params: dict[str, Any], data: dict[str, Any]
+    ) -> dict[str, Any]:
+        h, w = params["shape"][:2]
+        canvas_h, canvas_w = oriented_canvas((h, w), (self.min_height, self.min_width))
+        return {
+            "pad_top": 0,
+            "pad_bottom": max(0, canvas_h - h),
+            "pad_left": 0,
+            "pad_right": max(0, canvas_w - w),
+        }
+
+
+def build_eval_transform(cfg: AugConfig) -> A.Compose:
+    """Evaluation preset (deterministic): resize into ``cfg.eval_size``, pad bottom/right,
+    normalise.
+
+    ``cfg.eval_size`` bounds the long and the short side, not H and W (mmsegmentation's
+    keep-ratio rule): the image is resized, aspect ratio kept, by
+    ``s = min(max(eval_size) / max(h, w), min(eval_size) / min(h, w))``, so that a landscape
+    photo gets the scale of its transpose, as in training (whose ``LongestMaxSize`` ignores
+    orientation too). It is then padded at the bottom and right (image ``cfg.image_fill``,
+    mask ``cfg.mask_fill``) to the canvas :func:`oriented_canvas` gives: ``eval_size`` for
+    portrait or square content with a portrait ``eval_size``, transposed for landscape content.
+    Predictions are cropped back to ``[:h', :w']`` with
+    ``(h', w') = eval_content_size((h, w), cfg.eval_size)``; samples of both orientations are
+    batched with ``seg.data.batching``. Scoring at the original resolution belongs to
+    evaluation, not to this transform. Output: image float32 (3, H, W), mask uint8 (H, W).
+    """
+    p = check_aug_config(cfg)
+    transforms = [
+        LongShortResize(max(p.eval_size), min(p.eval_size), p.interpolation),
+        PadToCanvas(p.eval_size, fill=p.image_fill, fill_mask=p.mask_fill),
         A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0),
         ToTensorV2(),
     ]
@@ -160,12 +214,24 @@ def eval_pad_value(cfg: AugConfig) -> tuple[float, float, float]:
 def eval_content_size(image_hw: Sequence[int], eval_size: Sequence[int]) -> tuple[int, int]:
     """Size (h', w') of the image inside the eval transform's padded output; the rest is padding.
 
-    Mirrors ``LongestMaxSize(max_size_hw=eval_size)`` of albumentations 2.0.x: scale
-    ``s = min(H / h, W / w)``, sides rounded with Python's ``round`` (tests check the two agree).
+    ``eval_size`` bounds the long and the short side whatever their order: scale
+    ``s = min(max(eval_size) / max(h, w), min(eval_size) / min(h, w))``, sides rounded with
+    Python's ``round`` as albumentations' resizes do. ``LongShortResize`` resizes to this size.
     """
-    (h, w), (eval_h, eval_w) = image_hw, eval_size
-    s = min(eval_h / h, eval_w / w)
+    (h, w), (a, b) = image_hw, eval_size
+    s = min(max(a, b) / max(h, w), min(a, b) / min(h, w))
     return max(1, round(h * s)), max(1, round(w * s))
+
+
+def oriented_canvas(content_hw: Sequence[int], eval_size: Sequence[int]) -> tuple[int, int]:
+    """The eval canvas (H, W) for resized content (h', w'): ``eval_size`` as given for square
+    content, else its long side along the content's long side (``eval_size`` or its transpose).
+    """
+    (h, w), (a, b) = content_hw, eval_size
+    if h == w:
+        return int(a), int(b)
+    long, short = int(max(a, b)), int(min(a, b))
+    return (long, short) if h > w else (short, long)
 
 
 def seed_transform(transform: A.BaseCompose, seed: int) -> None:
@@ -198,5 +264,6 @@ __all__ = [
     "denormalize",
     "eval_content_size",
     "eval_pad_value",
+    "oriented_canvas",
     "seed_transform",
 ]

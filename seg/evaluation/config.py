@@ -28,7 +28,9 @@ class SlideConfig:
     """Sliding-window inference over the model input (the image fit into ``eval_size``).
 
     For large images: raise ``eval_size`` (e.g. [1024, 768]) and slide windows of the size the
-    model was trained on; overlapping logits are averaged. ``window: null`` turns it off.
+    model was trained on; overlapping logits are averaged. ``window: null`` turns it off. The
+    window and stride are [H, W] as given, on portrait and landscape inputs alike (not turned
+    with a landscape image's canvas); a window larger than an input shrinks to it.
     """
 
     window: list[int] | None = None  # [H, W]
@@ -45,7 +47,9 @@ class EvalConfig:
     column_devices: list[str] = field(default_factory=list)  # one per model column
     batch_size: int = 4
     num_workers: int = 2  # processes reading and decoding the images and masks
-    eval_size: list[int] | None = None  # [H, W] model input; null = the checkpoint's aug.eval_size
+    # [H, W] model input for portrait images (bounds of the long and short side: landscape ones
+    # get the transpose); null = the checkpoint's aug.eval_size
+    eval_size: list[int] | None = None
     tta: list[TTAKind] = field(default_factory=list)  # [] or [flip]
     scales: list[float] = field(default_factory=lambda: [1.0])  # of eval_size; softmax averaged
     slide: SlideConfig = field(default_factory=SlideConfig)
