@@ -146,6 +146,7 @@ def test_comparison_catches_a_mismatch(tmp_path):
     "name",
     [
         "unet",
+        "dual_channel_pretrained",
         "single_column",
         "multi_column",
         "lraspp_mobilenet_v3_large",

@@ -77,9 +77,12 @@ def calibrate_batchnorm(model: nn.Module, batch: torch.Tensor) -> nn.Module:
     """``model`` in eval mode with BatchNorm statistics of ``batch`` (B, 3, H, W) (real images
     through the eval preset): unlike a fresh or barely trained model (running variances near
     1), its logits are large enough for masks with both classes."""
+    model.train()
     for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        # BatchNorm kept in eval mode in training (a pretrained backbone's frozen statistics)
+        # keeps its statistics: reset, they would never be re-estimated.
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training:
             m.reset_running_stats()
             m.momentum = None  # cumulative average over the calibration batch
-    model.train()(batch)
+    model(batch)
     return model.eval()
