@@ -134,12 +134,16 @@ class BackboneColumn(nn.Module):
             m.register_forward_hook(lambda mod, *_: used.extend(mod.parameters(recurse=False)))
             for m in self.net.modules()
         ]
+        modes = {m: m.training for m in self.net.modules()}
         try:
+            self.net.eval()  # a probe: no BatchNorm statistics may change
             with torch.no_grad():
-                x = torch.zeros(1, 3, 64, 64)
+                x = torch.zeros(1, 3, 64, 64, device=next(self.net.parameters()).device)
                 for i in range(self.frozen_stages):
                     x = self.spec.stage(self.net, i, x)
         finally:
+            for m, mode in modes.items():
+                m.training = mode
             for h in hooks:
                 h.remove()
         return list({id(p): p for p in used}.values())
