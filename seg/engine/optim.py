@@ -35,7 +35,7 @@ def param_groups(
     ``set_weight_decay``), whose decay is ``norm_weight_decay`` (None: ``weight_decay``); with
     ``backbone_lr_mult != 1`` the same two again for the pretrained backbones
     (``model.backbone_parameters()``), with ``lr_mult`` set. Empty groups are left out; the
-    first group is always one of the new layers' (its LR is the one logged)."""
+    new layers' groups come first (the first group's LR is the one logged)."""
     backbone_ids: set[int] = set()
     if backbone_lr_mult != 1.0 and hasattr(model, "backbone_parameters"):
         backbone_ids = {id(p) for p in model.backbone_parameters()}

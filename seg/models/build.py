@@ -96,11 +96,8 @@ def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
         return None
     if _value(cfg.name) != "multicolumn":
         return IMAGENET_MEAN, IMAGENET_STD  # torchvision's ImageNet weights
-    specs = {
-        (backbone_spec(c.backbone).mean, backbone_spec(c.backbone).std)
-        for c in cfg.columns
-        if c.backbone
-    }
+    backbones = [backbone_spec(c.backbone) for c in cfg.columns if c.backbone]
+    specs = {(spec.mean, spec.std) for spec in backbones}
     if len(specs) > 1:
         raise ValueError(
             "model.columns: pretrained backbones that expect different input normalisations "
