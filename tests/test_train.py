@@ -21,7 +21,14 @@ from seg.engine.checkpoint import CheckpointError, load_checkpoint, load_model_f
 from seg.engine.data import ResumableSampler, shard
 from seg.engine.logger import NonFiniteLossError
 from seg.engine.losses import SegLoss, build_loss
-from seg.engine.optim import WarmupSchedule, autocast_dtype, build_optimizer, build_scheduler
+from seg.engine.optim import (
+    WarmupSchedule,
+    autocast_dtype,
+    build_optimizer,
+    build_scheduler,
+    native_bf16,
+    resolve_precision,
+)
 from seg.engine.train import train
 from seg.models import build_model, num_columns
 
@@ -89,6 +96,42 @@ def test_compiled_training_saves_plain_checkpoints(data_root: Path, tmp_path: Pa
     assert set(ckpt["model"]) == set(eager.state_dict())
     model, _ = load_model_from_checkpoint(run / "checkpoints" / "last.pt")
     assert not hasattr(model, "_orig_mod")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(
+    native: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An AVX2 CPU emulates bf16 (~7x slower training): auto picks fp32 there, and an explicit
+    bf16 is kept but warned about."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    cpu = torch.device("cpu")
+    assert native_bf16(cpu) is native
+    assert resolve_precision("auto", cpu) == ("bf16" if native else "32")
+    assert resolve_precision("32", cpu) == "32"
+    with caplog.at_level("WARNING", logger="seg.engine.optim"):
+        assert resolve_precision("bf16", cpu) == "bf16"
+    assert ("emulated" in caplog.text) is not native
+
+
+@pytest.mark.parametrize(("bf16_units", "expected"), [(True, "bf16"), (False, "16")])
+def test_auto_precision_on_cuda(
+    bf16_units: bool, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU without bf16 units (the case study's V100s) trains in fp16 with a scaler."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda **_: bf16_units)
+    assert resolve_precision("auto", torch.device("cuda", 0)) == expected
+
+
+def test_auto_precision_run_resolves_and_logs(
+    data_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = [*tiny_overrides(data_root, tmp_path / "run"), "trainer.max_steps=1"]
+    with caplog.at_level("INFO", logger="seg.engine.train"):
+        result = train(compose_train([*cfg, "trainer.precision=auto"]))
+    resolved = resolve_precision("auto", torch.device("cpu"))
+    assert result["step"] == 1 and f"precision auto -> {resolved}" in caplog.text
 
 
 def test_fp16_needs_cuda() -> None:

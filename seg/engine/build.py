@@ -25,7 +25,13 @@ from seg.engine.checkpoint import restore_rng
 from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.evaluate import metric_names
 from seg.engine.losses import build_loss
-from seg.engine.optim import autocast_dtype, build_optimizer, build_scaler, build_scheduler
+from seg.engine.optim import (
+    autocast_dtype,
+    build_optimizer,
+    build_scaler,
+    build_scheduler,
+    resolve_precision,
+)
 from seg.models import build_model
 from seg.models.build import input_normalization
 
@@ -41,6 +47,7 @@ class Parts:
     criterion: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
+    precision: str  # trainer.precision resolved on this replica's device: 32, bf16 or 16
     scaler: torch.amp.GradScaler
     amp_dtype: torch.dtype | None
     device: torch.device  # inputs go here (the first column's device)
@@ -139,14 +146,16 @@ def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
     total = t.epochs * steps_per_epoch
     total = min(total, t.max_steps) if t.max_steps > 0 else total
     optimizer = build_optimizer(model_without_ddp, cfg.optim)
+    precision = resolve_precision(t.precision, devices[0])
     parts = Parts(
         model=model,
         model_without_ddp=model_without_ddp,
         criterion=build_loss(cfg.loss, num_classes, cfg.model.aux_weight).to(devices[0]),
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, cfg.optim, total),
-        scaler=build_scaler(t.precision, devices[0]),
-        amp_dtype=autocast_dtype(t.precision, devices[0]),
+        precision=precision,
+        scaler=build_scaler(precision, devices[0]),
+        amp_dtype=autocast_dtype(precision, devices[0]),
         device=devices[0],
         cuda_devices=sorted({d for d in devices if d.type == "cuda"}, key=str),
         train_loader=loader,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-PRECISIONS = ("32", "bf16", "16")
+PRECISIONS = ("32", "bf16", "16", "auto")
 
 
 class OptimizerName(str, Enum):
@@ -43,7 +43,7 @@ class TrainerConfig:
     batch_size: int = 8  # per replica and forward pass
     accumulate: int = 1  # forward passes per optimiser step (gradient accumulation)
     grad_clip: float = 0.0  # max global gradient norm; 0 = off
-    precision: str = "32"  # 32 | bf16 (autocast) | 16 (fp16 autocast + gradient scaler, CUDA)
+    precision: str = "32"  # 32 | bf16 (autocast) | 16 (fp16 + gradient scaler, CUDA) | auto
     # Replicas that `python scripts/train.py` starts itself (torch elastic): N or auto (one per
     # visible GPU, 1 on CPU). Ignored under torchrun, which decides.
     devices: str = "1"

@@ -102,7 +102,7 @@ def _fit(cfg: Config) -> dict[str, Any]:
         p.global_batch,
         p.steps_per_epoch,
         p.total_steps,
-        t.precision,
+        p.precision if p.precision == str(t.precision) else f"{t.precision} -> {p.precision}",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
     while state.step < p.total_steps:
