@@ -17,7 +17,9 @@ from omegaconf import DictConfig
 
 from seg.config import register_configs
 from seg.data.download import DatasetNotFoundError, DownloadError
+from seg.engine.checkpoint import CheckpointError
 from seg.engine.launch import hydra_overrides
+from seg.engine.run_dir import RunDirError
 from seg.engine.train import train
 
 
@@ -26,8 +28,9 @@ def main(cfg: DictConfig) -> float:
     """Return the final pixel accuracy (what a Hydra sweeper would optimise)."""
     try:
         return train(cfg)["val/pixel_acc"]
-    except (DownloadError, DatasetNotFoundError) as err:
-        # Missing data is the user's to fix: say what to do, without a traceback.
+    except (DownloadError, DatasetNotFoundError, RunDirError, CheckpointError) as err:
+        # Missing data, a busy or occupied run folder, a checkpoint that cannot be resumed:
+        # the user's to fix. Say what to do, without a traceback.
         raise SystemExit(f"error: {err}") from None
 
 

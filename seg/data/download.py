@@ -9,7 +9,6 @@ interrupted or corrupt download never leaves a dataset folder that a later run w
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import fnmatch
 import gzip
@@ -23,12 +22,14 @@ import tempfile
 import urllib.error
 import urllib.request
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 
 from tqdm import tqdm
+
+from seg.locks import file_lock
 
 log = logging.getLogger(__name__)
 
@@ -200,22 +201,6 @@ def resolve_data_root(root: str | Path, base: Path | None = None) -> Path:
     return path if path.is_absolute() else (base or Path.cwd()).absolute() / path
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Serialise downloads of one dataset between processes (e.g. the ranks of a DDP job)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; concurrent downloads are the caller's care
-        yield
-        return
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _fetch(url: str, dest: Path, timeout: float) -> None:
     """Stream ``url`` to ``dest.part``, then rename it to ``dest`` once complete."""
     part = dest.with_name(dest.name + ".part")
@@ -352,7 +337,7 @@ def download_dataset(
         )
     cache = root / ".downloads"
     cache.mkdir(parents=True, exist_ok=True)
-    with _locked(cache / f"{source.name}.lock"):
+    with file_lock(cache / f"{source.name}.lock"):  # e.g. the ranks of a DDP job
         if not force and is_present(source.name, root):  # another process just finished it
             return target
         for stale in root.glob(f".{source.name}.partial-*"):  # left by a killed process

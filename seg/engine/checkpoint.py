@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import random
 import shutil
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from torch import nn
 
 from seg.config import Config
 from seg.engine import distributed as du
-from seg.engine.run_dir import to_config
+from seg.engine.run_dir import config_to_dict, to_config
 from seg.models import build_model, num_columns
 
 log = logging.getLogger(__name__)
@@ -44,6 +42,23 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def checkpoint_file(path: str | Path, name: str = "best.pt") -> Path:
+    """The checkpoint that ``path`` names: a file as it is; a run folder: its
+    ``checkpoints/<name>``; a ``checkpoints/`` folder: its ``<name>``. A folder without it
+    raises :class:`CheckpointError` listing the checkpoints it has."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        return path
+    for candidate in (path / "checkpoints" / name, path / name):
+        if candidate.is_file():
+            return candidate
+    have = sorted(p.name for p in [*path.glob("*.pt"), *path.glob("checkpoints/*.pt")])
+    raise CheckpointError(
+        f"{path} is a directory without checkpoints/{name}"
+        + (f" (it has {', '.join(have)}: name one of them)" if have else " (no checkpoint in it)")
+    )
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint onto the CPU with ``weights_only=True``; errors name the file."""
     path = Path(path)
@@ -51,7 +66,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+    except Exception as err:  # torch's unpicklers raise many kinds on damaged bytes
         raise CheckpointError(
             f"cannot read checkpoint {path} ({type(err).__name__}: {err}); the file is damaged, "
             "truncated or not a checkpoint of this project"
@@ -148,9 +163,11 @@ def load_model_from_checkpoint(
 ) -> tuple[nn.Module, Config]:
     """Rebuild the model a checkpoint was trained with, every column on ``device``, in eval mode.
 
-    Returns ``(model, cfg)``, ``cfg`` the typed config stored in the checkpoint. For
-    evaluation, prediction and export; raises :class:`CheckpointError` naming the file.
+    ``path``: a checkpoint file or a run folder (its ``checkpoints/best.pt``). Returns
+    ``(model, cfg)``, ``cfg`` the typed config stored in the checkpoint. For evaluation,
+    prediction and export; raises :class:`CheckpointError` naming the file.
     """
+    path = checkpoint_file(path)
     ckpt = load_checkpoint(path)
     try:
         cfg = to_config(ckpt["config"])
@@ -170,9 +187,11 @@ def find_resume_checkpoint(spec: str | None, run_dir: Path) -> Path | None:
     """``trainer.resume`` -> the checkpoint to resume from, or None; rank 0 decides, every rank
     gets the same answer (a shared file system is assumed).
 
-    ``auto``: ``run_dir/checkpoints/last.pt`` if it exists. A path: that checkpoint, or a run
-    directory's ``checkpoints/last.pt``. A restarted job (torchrun ``--max-restarts``, SLURM
-    requeue) continues from its own ``last.pt`` whatever was given, as with ``auto``.
+    ``auto``: the newest readable checkpoint of ``run_dir/checkpoints`` (``last.pt``, else the
+    highest ``step_*.pt``); none there: a new run; only unreadable ones: an error listing them.
+    A path: that checkpoint, or a run directory's ``checkpoints/last.pt``. A restarted job
+    (torchrun ``--max-restarts``, SLURM requeue) continues from its own ``last.pt`` whatever
+    was given, as with ``auto``.
     """
     found: tuple[str | None, str | None] = (None, None)  # (path, error)
     if du.is_main_process():
@@ -180,15 +199,105 @@ def find_resume_checkpoint(spec: str | None, run_dir: Path) -> Path | None:
         if du.restart_count() > 0 and last.is_file():  # a restart continues its own run
             found = (str(last), None)
         elif spec == "auto" or (spec is None and du.restart_count() > 0):
-            found = (str(last), None) if last.is_file() else (None, None)
-            if found[0] is None:
-                log.info("trainer.resume=auto: no checkpoint in %s, starting from scratch", run_dir)
+            found = _newest_readable(run_dir / "checkpoints")
         elif spec:
-            path = Path(spec).expanduser()
-            path = path / "checkpoints" / "last.pt" if path.is_dir() else path
-            error = None if path.is_file() else f"trainer.resume={spec}: {path} does not exist"
-            found = (None if error else str(path), error)
+            try:
+                path = checkpoint_file(spec, "last.pt")
+                error = None if path.is_file() else f"{path} does not exist"
+            except CheckpointError as err:
+                error = str(err)
+            found = (None, f"trainer.resume={spec}: {error}") if error else (str(path), None)
     path, error = du.broadcast_object(found)
     if error:
         raise CheckpointError(error)
     return Path(path) if path else None
+
+
+def _newest_readable(folder: Path) -> tuple[str | None, str | None]:
+    """(path, None) of the newest checkpoint in ``folder`` that loads, (None, None) when there
+    is none, (None, error) when every one is unreadable."""
+    candidates = [folder / "last.pt", *sorted(folder.glob("step_*.pt"), reverse=True)]
+    present = [c for c in candidates if c.is_file()]
+    if not present:
+        log.info("trainer.resume=auto: no checkpoint in %s, starting a new run", folder)
+        return None, None
+    for path in present:
+        try:
+            load_checkpoint(path)
+        except CheckpointError as err:
+            log.warning("trainer.resume=auto: skipping %s: %s", path.name, err)
+            continue
+        if path.name != "last.pt":
+            log.warning("trainer.resume=auto: no readable last.pt, resuming %s", path.name)
+        return str(path), None
+    names = ", ".join(p.name for p in present)
+    return None, (
+        f"trainer.resume=auto: no checkpoint in {folder} can be read ({names}); move them away "
+        "to start a new run there, or give trainer.resume=PATH"
+    )
+
+
+# What a checkpoint's state cannot follow into another setting: the weights' shapes (the model)
+# and the optimiser's state (its kind). Placement and initialisation may change.
+_PLACEMENT = ("model.devices", "model.pretrained", "model.channels_last")
+# Keys that name where and how a run happens, not what it computes.
+_INCIDENTAL = (
+    "trainer.resume",
+    "trainer.run_dir",
+    "trainer.overwrite",
+    "trainer.devices",
+    "trainer.num_workers",
+    "trainer.max_restarts",
+    "trainer.dist_timeout_s",
+    "logging.",
+)
+
+
+def check_resume_config(ckpt: dict[str, Any], cfg: Config, path: Path) -> None:
+    """Compare the config stored in ``ckpt`` with this run's before any state is loaded.
+
+    A change of the model or of the optimiser's kind raises :class:`CheckpointError` naming
+    each key ("checkpoint used optim.name=sgd, this run uses adamw"); other changes are
+    logged, with a reminder that the optimiser and the schedule continue from the checkpoint.
+    """
+    try:
+        saved = _flatten(config_to_dict(to_config(ckpt["config"])))
+    except Exception as err:
+        raise CheckpointError(f"the config stored in {path} is not valid here: {err}") from err
+    current = _flatten(config_to_dict(cfg))
+    changed = [k for k in sorted(saved.keys() | current.keys()) if saved.get(k) != current.get(k)]
+    fixed = [
+        k
+        for k in changed
+        if (k.startswith("model.") or k == "optim.name")
+        and not k.startswith(_PLACEMENT)
+        and not k.endswith(".weights")
+    ]
+    if fixed:
+        said = "; ".join(f"{k}={saved.get(k)}, this run uses {current.get(k)}" for k in fixed)
+        raise CheckpointError(
+            f"cannot resume {path}: checkpoint used {said}. Resume with the checkpoint's "
+            "settings, or start a new run"
+        )
+    soft = [k for k in changed if not k.startswith(_INCIDENTAL)]
+    if soft:
+        log.warning(
+            "resuming %s with changed settings (the optimiser's and the schedule's states "
+            "continue from the checkpoint): %s",
+            path,
+            "; ".join(f"{k}: {saved.get(k)} -> {current.get(k)}" for k in soft),
+        )
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": [1, 2]}}`` -> ``{"a.b.0": 1, "a.b.1": 2}``."""
+    if isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, list):
+        items = ((str(i), v) for i, v in enumerate(tree))
+    else:
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

@@ -66,6 +66,7 @@ class TrainerConfig:
     keep_last: int = 3  # step checkpoints kept beside last.pt and best.pt; 0 = none
     resume: str | None = None  # auto (run_dir's last.pt, if any) | a checkpoint | a run dir
     run_dir: str | None = None  # default: Hydra's output directory, else outputs/<time>
+    overwrite: bool = False  # a new run may replace the run already in run_dir (else refused)
     dist_timeout_s: int = 1800
     # Fault injection for the crash-recovery test: at this step, on this rank, on the first
     # attempt only (TORCHELASTIC_RESTART_COUNT=0). -1 = off.

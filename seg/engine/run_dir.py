@@ -3,16 +3,24 @@
 Layout: ``config.yaml`` (resolved), ``run_info.json`` (git commit, command, world size),
 ``splits/`` (the id list of every split), ``checkpoints/``, ``tb/`` (TensorBoard),
 ``metrics.jsonl`` (one line per logged step), ``metrics.json`` (final), and Hydra's ``train.log``.
+
+One run per folder: rank 0 holds ``.lock`` for the whole run (a second run into the folder stops
+at once, naming the holder), and a folder that already holds a run is only continued
+(``trainer.resume``) or, when asked (``trainer.overwrite=true``), emptied of the run's files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +28,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from seg.config import Config
 from seg.engine import distributed as du
+from seg.locks import LockHeld, file_lock
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# What a training run writes into its folder (not Hydra's .hydra/ and train.log, nor eval/).
+RUN_FILES = (
+    "checkpoints",
+    "metrics.jsonl",
+    "metrics.json",
+    "config.yaml",
+    "run_info.json",
+    "splits",
+    "tb",
+)
+
+
+class RunDirError(RuntimeError):
+    """The run folder is in use, or holds a run that this one would overwrite."""
 
 
 def to_config(cfg: Config | DictConfig | dict) -> Config:
@@ -59,6 +84,65 @@ def decide_run_dir(requested: str | None) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         path = str(path)
     return Path(du.broadcast_object(path))
+
+
+def run_files(run_dir: Path) -> list[str]:
+    """The names of :data:`RUN_FILES` that ``run_dir`` holds (an empty folder counts as absent)."""
+    found = []
+    for name in RUN_FILES:
+        path = run_dir / name
+        if path.is_file() or (path.is_dir() and any(path.iterdir())):
+            found.append(name)
+    return found
+
+
+def _raise_on_every_rank(error: str | None) -> None:
+    """Rank 0 decided; every rank raises the same :class:`RunDirError` (or none)."""
+    error = du.broadcast_object(error)
+    if error:
+        raise RunDirError(error)
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path) -> Iterator[None]:
+    """Rank 0 holds ``run_dir/.lock`` for the ``with`` block; if another process holds it, every
+    rank raises :class:`RunDirError` naming that process."""
+    with contextlib.ExitStack() as stack:
+        error = None
+        if du.is_main_process():
+            try:
+                stack.enter_context(file_lock(run_dir / ".lock", blocking=False))
+            except LockHeld as err:
+                error = (
+                    f"run folder {run_dir} is in use by {err.holder}: wait for that run to "
+                    "end, or choose another trainer.run_dir"
+                )
+        _raise_on_every_rank(error)
+        yield
+
+
+def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> None:
+    """Refuse to start a new run in a folder that holds one, unless it is resumed or
+    ``overwrite`` (then the previous run's files are removed, and only those). A restarted job
+    (torchrun ``--max-restarts``) owns its folder."""
+    error = None
+    found = run_files(run_dir) if du.is_main_process() and not resuming else []
+    if found and (overwrite or du.restart_count() > 0):
+        why = "trainer.overwrite=true" if overwrite else f"restart {du.restart_count()}"
+        log.warning("%s: removing %s from %s", why, ", ".join(found), run_dir)
+        for name in found:
+            path = run_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    elif found:
+        error = (
+            f"run folder {run_dir} already holds a run ({', '.join(found)}) and this one would "
+            "overwrite it: continue it with trainer.resume=auto, choose another trainer.run_dir, "
+            "or replace it with trainer.overwrite=true"
+        )
+    _raise_on_every_rank(error)
 
 
 def git_commit(repo: Path = REPO_ROOT) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from seg.engine.build import Parts, seed_everything, setup
 from seg.engine.checkpoint import (
     Checkpointer,
     capture_rng,
+    check_resume_config,
     find_resume_checkpoint,
     load_checkpoint,
 )
@@ -37,8 +38,10 @@ from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger, format_report
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
 from seg.engine.run_dir import (
+    claim_run_dir,
     config_to_dict,
     decide_run_dir,
+    lock_run_dir,
     to_config,
     write_json,
     write_run_files,
@@ -71,13 +74,21 @@ def train(cfg: Config | DictConfig) -> dict[str, Any]:
 
 
 def _fit(cfg: Config) -> dict[str, Any]:
-    t, main = cfg.trainer, du.is_main_process()
-    run_dir = decide_run_dir(t.run_dir)
-    if main:
+    run_dir = decide_run_dir(cfg.trainer.run_dir)
+    if du.is_main_process():
         remember_run_dir(run_dir)
+    with lock_run_dir(run_dir):  # one run at a time in a folder
+        return _run(cfg, run_dir)
+
+
+def _run(cfg: Config, run_dir: Path) -> dict[str, Any]:
+    t, main = cfg.trainer, du.is_main_process()
     seed_everything(cfg.seed, t.deterministic)
     ckpt_path = find_resume_checkpoint(t.resume, run_dir)
+    claim_run_dir(run_dir, resuming=ckpt_path is not None, overwrite=t.overwrite)
     ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
+    if ckpt is not None:
+        check_resume_config(ckpt, cfg, ckpt_path)
     p = setup(cfg, ckpt)
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
     writer = MetricLogger(

@@ -11,6 +11,7 @@ ranks (``SegMetrics.reduce_``) before any ratio is taken; rank 0 writes the outp
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -23,7 +24,7 @@ from tqdm import tqdm
 
 from seg.config import Config, DataConfig, DatasetName
 from seg.engine import distributed as du
-from seg.engine.checkpoint import load_model_from_checkpoint
+from seg.engine.checkpoint import checkpoint_file, load_model_from_checkpoint
 from seg.engine.data import shard
 from seg.engine.run_dir import write_json
 from seg.evaluation.config import EvalConfig, TTAKind, check_eval_config
@@ -217,6 +218,7 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     Returns the content of ``metrics.json`` (NaN as None) plus ``out_dir`` and ``table``.
     """
     check_eval_config(cfg)
+    cfg = dataclasses.replace(cfg, checkpoint=str(checkpoint_file(cfg.checkpoint)))  # a run dir
     started = time.perf_counter()
     model, train_cfg, data_cfg = _setup(cfg)
     data_name = DatasetName(data_cfg.name).value

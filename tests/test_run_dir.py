@@ -1,0 +1,149 @@
+"""One run per folder: a second run is refused (or replaces the first only when asked), two
+runs at once are stopped by the folder's lock, resume finds the newest readable checkpoint and
+refuses a changed model or optimiser, and a run folder names its checkpoint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from training_utils import make_folder_subset, tiny_overrides
+
+from seg.config import compose_config
+from seg.engine.checkpoint import (
+    CheckpointError,
+    checkpoint_file,
+    load_checkpoint,
+    load_model_from_checkpoint,
+)
+from seg.engine.run_dir import RunDirError
+from seg.engine.train import train
+
+
+@pytest.fixture
+def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+    return make_folder_subset(shared_datasets, tmp_path / "data")
+
+
+def _train(data_root: Path, run: Path, *extra: str) -> dict:
+    return train(compose_config([*tiny_overrides(data_root, run), *extra]))
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+
+def test_a_new_run_into_a_run_folder_is_refused_and_overwrite_replaces_it(
+    data_root: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    _train(data_root, run, "trainer.max_steps=2", "trainer.ckpt_every_steps=1")
+    before = _snapshot(run)
+    assert {"checkpoints/step_00000001.pt", "checkpoints/step_00000002.pt"} <= set(before)
+    with pytest.raises(RunDirError, match=r"already holds a run .*trainer\.resume=auto"):
+        _train(data_root, run, "trainer.max_steps=1")
+    assert _snapshot(run) == before  # nothing written, nothing deleted
+
+    (run / "eval").mkdir()  # what is not the run's own stays
+    (run / "eval" / "metrics.json").write_text("{}")
+    result = _train(data_root, run, "trainer.max_steps=1", "trainer.overwrite=true")
+    assert result["step"] == 1
+    names = {p.name for p in (run / "checkpoints").iterdir()}
+    assert "step_00000002.pt" not in names and "step_00000001.pt" in names  # no orphans
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 1
+    assert (run / "eval" / "metrics.json").read_text() == "{}"
+
+
+def test_a_second_process_cannot_train_into_a_folder_in_use(
+    data_root: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = subprocess.Popen(  # another process holds the run folder, as a running run does
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from seg.locks import file_lock\n"
+            "with file_lock(Path(sys.argv[1]) / '.lock'):\n"
+            "    print('held', flush=True); time.sleep(60)",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirError, match=rf"in use by PID {holder.pid} on "):
+            _train(data_root, run, "trainer.max_steps=1")
+        assert not (run / "checkpoints").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    assert _train(data_root, run, "trainer.max_steps=1")["step"] == 1  # its lock died with it
+
+
+def test_resume_auto_without_last_pt_takes_the_newest_readable_step_file(
+    data_root: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    common = ["trainer.ckpt_every_steps=1", "trainer.epochs=5"]
+    _train(data_root, run, "trainer.max_steps=3", *common)
+    ckpts = run / "checkpoints"
+    (ckpts / "last.pt").unlink()
+    (ckpts / "step_00000003.pt").write_bytes(b"truncated")
+    result = _train(data_root, run, "trainer.max_steps=4", "trainer.resume=auto", *common)
+    assert result["step"] == 4
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [line for line in lines if '"train/loss"' in line][:2]  # the history before is kept
+    assert load_checkpoint(ckpts / "last.pt")["step"] == 4
+
+    for path in ckpts.glob("*.pt"):
+        path.write_bytes(b"damaged")
+    with pytest.raises(CheckpointError, match=r"no checkpoint .* can be read \(last\.pt, step_"):
+        _train(data_root, run, "trainer.max_steps=5", "trainer.resume=auto", *common)
+
+
+def test_resume_refuses_another_optimiser_or_model_before_loading_any_state(
+    data_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    _train(data_root, run, "trainer.max_steps=1", "trainer.epochs=3")
+    before = _snapshot(run)
+    with pytest.raises(CheckpointError, match=r"used optim\.name=sgd, this run uses adamw"):
+        _train(data_root, run, "trainer.max_steps=2", "trainer.resume=auto", "optim=adamw")
+    with pytest.raises(CheckpointError, match=r"model\.decoder_channels=32, this run uses 16"):
+        _train(
+            data_root,
+            run,
+            "trainer.max_steps=2",
+            "trainer.resume=auto",
+            "model.decoder_channels=16",
+        )
+    assert _snapshot(run) == before
+    with caplog.at_level("WARNING", logger="seg.engine.checkpoint"):
+        result = _train(
+            data_root, run, "trainer.max_steps=2", "trainer.resume=auto", "optim.lr=0.02"
+        )
+    assert result["step"] == 2 and "optim.lr: 0.01 -> 0.02" in caplog.text
+
+
+def test_a_run_folder_names_its_best_checkpoint(data_root: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _train(data_root, run, "trainer.max_steps=1")
+    assert checkpoint_file(run) == run / "checkpoints" / "best.pt"
+    assert checkpoint_file(run / "checkpoints", "last.pt") == run / "checkpoints" / "last.pt"
+    from_folder, _ = load_model_from_checkpoint(run)
+    from_file, _ = load_model_from_checkpoint(run / "checkpoints" / "best.pt")
+    for (key, a), b in zip(
+        from_folder.state_dict().items(), from_file.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), key
+    (run / "checkpoints" / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"directory without checkpoints/best\.pt .*last\.pt"):
+        load_model_from_checkpoint(run)
