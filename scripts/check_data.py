@@ -4,6 +4,7 @@
     python scripts/check_data.py all data.root=../shared/datasets
     python scripts/check_data.py folder data.root=/my/data \
         data.folder.mask_pattern="{stem}_mask.png"
+    python scripts/check_data.py all --verify   # every file against its SHA-256 manifest
 
 Names are data configs (configs/data/); arguments with '=' are Hydra overrides.
 Exits 1 when a problem was found.
@@ -20,6 +21,8 @@ from pathlib import Path
 from seg.config import compose_config
 from seg.data import SOURCE_NAMES, source_names
 from seg.data.check import format_reports, scan_source
+from seg.data.download import SOURCES, resolve_data_root
+from seg.data.manifest import manifest_path, manifest_problems, read_manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,12 +32,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs="+", help="dataset names (or 'all') and key=value overrides")
     parser.add_argument("--workers", type=int, default=2, help="decoding processes")
     parser.add_argument("--json", type=Path, help="also write the reports as JSON here")
-    ns = parser.parse_args(argv)
+    parser.add_argument(
+        "--verify", action="store_true", help="check every file against its SHA-256 manifest"
+    )
+    ns = parser.parse_intermixed_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     overrides = [a for a in ns.args if "=" in a]
     names = [a for a in ns.args if "=" not in a]
     if names == ["all"]:
         names = list(SOURCE_NAMES)
+    if ns.verify:
+        return verify(names, overrides)
     reports = []
     for name in names:
         cfg = compose_config([f"data={name}", *overrides]).data
@@ -43,6 +51,23 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:
         ns.json.write_text(json.dumps([r.as_dict() for r in reports], indent=2))
     return 1 if any(r.problems for r in reports) else 0
+
+
+def verify(names: list[str], overrides: list[str]) -> int:
+    """Each downloadable source of ``names`` against its manifest; 1 if any file differs."""
+    failed = False
+    for name in names:
+        cfg = compose_config([f"data={name}", *overrides]).data
+        root = resolve_data_root(cfg.root)
+        for source in (s for s in source_names(cfg) if s in SOURCES):
+            digests = read_manifest(manifest_path(source))
+            problems = manifest_problems(root / source, digests)
+            failed |= bool(problems)
+            verdict = (
+                "; ".join(problems) or f"all {len(digests)} files match {manifest_path(source)}"
+            )
+            print(f"{source} ({root / source}): {verdict}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

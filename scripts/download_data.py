@@ -3,8 +3,12 @@
     python scripts/download_data.py all
     python scripts/download_data.py vikram_human_seg ccp --root /big/disk/data
     python scripts/download_data.py ccp --url file:///tmp/fe34fb77721a9973fbae92c05f7f12b664d10110.tar.gz
+    python scripts/download_data.py all --root ../shared/datasets --write-manifests  # maintainers
 
 The root defaults to $SEG_DATA_DIR, else the repository's data/ folder. See data/README.md.
+Every download is checked against the SHA-256 manifests of seg/data/manifests/ before it is
+moved into place; --write-manifests makes them anew from the copies at --root (copies of the
+pinned commits: only a maintainer who has checked them does that).
 """
 
 from __future__ import annotations
@@ -14,7 +18,14 @@ import logging
 import sys
 from pathlib import Path
 
-from seg.data.download import SOURCES, DownloadError, download_dataset, resolve_data_root
+from seg.data.download import (
+    SOURCES,
+    DownloadError,
+    download_dataset,
+    kept_files,
+    resolve_data_root,
+)
+from seg.data.manifest import manifest_path, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,6 +44,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--force", action="store_true", help="replace an existing dataset folder")
     parser.add_argument("--timeout", type=float, default=60.0, help="network timeout, seconds")
     parser.add_argument("--keep-archive", action="store_true", help="keep root/.downloads/*.tar.gz")
+    parser.add_argument(
+        "--write-manifests",
+        action="store_true",
+        help="write the manifests from the copies at --root",
+    )
     args = parser.parse_args(argv)
     args.names = list(SOURCES) if "all" in args.names else list(dict.fromkeys(args.names))
     if args.url and len(args.names) != 1:
@@ -44,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     args = parse_args(argv)
     root = args.root.expanduser().absolute() if args.root else resolve_data_root(REPO / "data")
+    if args.write_manifests:
+        for name in args.names:
+            path = manifest_path(name)
+            n = write_manifest(root / name, kept_files(SOURCES[name], root / name), path)
+            print(f"{path}: {n} files of {root / name}")
+        return 0
     for name in args.names:
         try:
             folder = download_dataset(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,16 +29,22 @@ from seg.data.download import (
     ensure_dataset,
     get_source,
     is_present,
+    kept_files,
     resolve_data_root,
 )
+from seg.data.manifest import manifest_path, manifest_problems, read_manifest, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "vikram_human_seg"
 STEMS = ("1", "2", "3")
-# The real source, expecting only the few pairs the test archives hold.
-SMALL = dataclasses.replace(SOURCES[NAME], counts={"Training_Images": 3, "Ground_Truth": 3})
 WANTED = ["README.md"] + [f"Training_Images/{s}.jpg" for s in STEMS]
 WANTED += [f"Ground_Truth/{s}.png" for s in STEMS]
+# The real source, expecting only the few pairs the test archives hold (and their real digests).
+SMALL = dataclasses.replace(
+    SOURCES[NAME],
+    counts={"Training_Images": 3, "Ground_Truth": 3},
+    digests={k: v for k, v in read_manifest(manifest_path(NAME)).items() if k in WANTED},
+)
 # Files of the archive that must not be extracted.
 UNWANTED = {
     ".DS_Store": b"x",
@@ -106,11 +114,13 @@ def _add(
     tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
-def make_archive(vikram: Path, raw: dict[str, bytes] | None = None) -> bytes:
+def make_archive(
+    vikram: Path, raw: dict[str, bytes] | None = None, swap: dict[str, bytes] | None = None
+) -> bytes:
     """A .tar.gz shaped like GitHub's: pax header with the commit, top folder ``{repo}-{commit}``.
 
-    Holds README.md and the STEMS pairs of the real dataset, the UNWANTED files, and ``raw``
-    entries under their exact names.
+    Holds README.md and the STEMS pairs of the real dataset (those named in ``swap`` with its
+    bytes instead), the UNWANTED files, and ``raw`` entries under their exact names.
     """
     top = SMALL.archive_top
     buf = io.BytesIO()
@@ -120,7 +130,10 @@ def make_archive(vikram: Path, raw: dict[str, bytes] | None = None) -> bytes:
         for folder in ("", "/Training_Images", "/Ground_Truth", "/Other"):
             _add(tar, top + folder, kind=tarfile.DIRTYPE)
         for rel in WANTED:
-            tar.add(vikram / rel, arcname=f"{top}/{rel}")
+            if rel in (swap or {}):
+                _add(tar, f"{top}/{rel}", swap[rel])
+            else:
+                tar.add(vikram / rel, arcname=f"{top}/{rel}")
         for rel, data in UNWANTED.items():
             _add(tar, f"{top}/{rel}", data)
         for name, data in (raw or {}).items():
@@ -277,6 +290,57 @@ def test_unreachable_url_explains_manual_download(tmp_path):
         assert needed in message, needed
     assert "Training_Images/ (290 files)" in message
     assert_nothing_left(root)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"<!DOCTYPE html><html>rate limited</html>"], ids=["empty", "html"]
+)
+def test_right_names_and_counts_with_wrong_content_are_refused(server, vikram, tmp_path, content):
+    """An archive whose files are all there by name and count, one of them empty or an HTML
+    page, is refused naming the file and both digests; an existing copy is kept as it was."""
+    root = tmp_path / "data"
+    server.files["/good.tar.gz"] = make_archive(vikram)
+    server.files["/bad.tar.gz"] = make_archive(vikram, swap={"Ground_Truth/2.png": content})
+    download_dataset(SMALL, root, url=server.url("/good.tar.gz"))
+    before = _files(root / NAME)
+    expected = SMALL.digests["Ground_Truth/2.png"]
+    actual = hashlib.sha256(content).hexdigest()
+    with pytest.raises(DownloadError, match="differ from its manifest") as err:
+        download_dataset(SMALL, root, url=server.url("/bad.tar.gz"), force=True)
+    assert f"Ground_Truth/2.png: expected sha256 {expected}, found {actual}" in str(err.value)
+    assert _files(root / NAME) == before
+    assert not list(root.glob(f".{NAME}.*")) and not list(root.glob(".downloads/*.tar.gz*"))
+
+
+def test_shipped_manifests_describe_the_shared_copy(shared_datasets):
+    """The manifests list every file a download keeps, with the digests of the shared copy
+    (copies of the pinned commits), and name a changed or missing file."""
+    for source in SOURCES.values():
+        folder = shared_datasets / source.name
+        digests = source.expected_digests()
+        assert sorted(digests) == kept_files(source, folder), source.name
+        assert manifest_problems(folder, digests) == [], source.name
+    digests = dict(SMALL.digests)
+    digests["Ground_Truth/1.png"] = "0" * 64
+    digests["Ground_Truth/none.png"] = digests["README.md"]
+    problems = manifest_problems(shared_datasets / NAME, digests)
+    found = sha256_file(shared_datasets / NAME / "Ground_Truth" / "1.png")
+    assert problems == [
+        f"Ground_Truth/1.png: expected sha256 {'0' * 64}, found {found}",
+        "Ground_Truth/none.png is missing",
+    ]
+
+
+def test_check_data_verify_reports_a_changed_file(shared_datasets, tmp_path):
+    copy = tmp_path / NAME
+    shutil.copytree(shared_datasets / NAME, copy)
+    script = [sys.executable, str(REPO / "scripts" / "check_data.py"), NAME, "--verify"]
+    env = {**os.environ, "SEG_DATA_DIR": str(tmp_path)}
+    ok = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "all 581 files match" in ok.stdout, ok.stderr
+    (copy / "Training_Images" / "7.jpg").write_bytes(b"")
+    bad = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "Training_Images/7.jpg: expected sha256" in bad.stdout
 
 
 def test_existing_folder_is_untouched_when_a_download_fails(server, vikram, tmp_path):

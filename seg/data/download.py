@@ -29,6 +29,7 @@ from types import MappingProxyType
 
 from tqdm import tqdm
 
+from seg.data.manifest import manifest_path, manifest_problems, read_manifest
 from seg.locks import file_lock
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class DatasetSource:
     counts: Mapping[str, int] = field(hash=False)
     required: tuple[str, ...] = ()
     note: str = ""  # anything a person fetching it by hand must know
+    # {path: sha256} of every kept file; None: the manifest that ships (seg/data/manifests/).
+    digests: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         # Read-only, so that the shared SOURCES entries cannot be changed by accident.
@@ -78,6 +81,10 @@ class DatasetSource:
     def archive_top(self) -> str:
         """The archive's top folder, ``{repo}-{commit}``."""
         return f"{self.repo.split('/')[-1]}-{self.commit}"
+
+    def expected_digests(self) -> Mapping[str, str]:
+        """``digests``, or the shipped manifest of ``name``."""
+        return self.digests if self.digests is not None else read_manifest(manifest_path(self.name))
 
     def wants(self, relpath: str) -> bool:
         """Whether the repository file ``relpath`` (posix, no top folder) is kept."""
@@ -136,6 +143,12 @@ SOURCES: dict[str, DatasetSource] = {
         ),
     )
 }
+
+
+def kept_files(source: DatasetSource, folder: Path) -> list[str]:
+    """The files of a copy in ``folder`` that ``source`` keeps (posix paths relative to it)."""
+    rels = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return sorted(rel for rel in rels if source.wants(rel))
 
 
 def get_source(name: str) -> DatasetSource:
@@ -288,6 +301,13 @@ def _unpack(source: DatasetSource, archive: Path, root: Path, url: str) -> None:
         if problems:
             raise DownloadError(
                 f"archive from {url} does not hold the expected {source.name} files: "
+                + "; ".join(problems)
+            )
+        problems = manifest_problems(tmp, source.expected_digests())
+        if problems:  # right names and counts, wrong content (an error page, an empty file)
+            raise DownloadError(
+                f"archive from {url} holds {source.name} files that differ from its manifest "
+                f"({manifest_path(source.name)}); nothing was moved into place: "
                 + "; ".join(problems)
             )
         marker = {
