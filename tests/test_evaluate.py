@@ -305,10 +305,10 @@ def test_validation_batches_mix_orientations_and_score_as_batches_of_one(
         assert torch.equal(pad, torch.tensor(fill)[:, None, None].expand_as(pad))
     model = calibrate_batchnorm(model, batch["image"])
     cpu, sources = torch.device("cpu"), ["vikram_human_seg"]
-    mixed = evaluate(model, loader, cpu, sources, 2)["vikram_human_seg"]
+    mixed = evaluate(model, loader, cpu, sources, 2)[0]["vikram_human_seg"]
     assert mixed[:, 0].sum() > 0 and mixed[:, 1].sum() > 0  # both classes predicted
-    ones = evaluate(model, build_val_loader(datasets, 1, 0, 0, 1, fill), cpu, sources, 2)
-    assert mixed.tolist() == ones["vikram_human_seg"].tolist()
+    ones, bad = evaluate(model, build_val_loader(datasets, 1, 0, 0, 1, fill), cpu, sources, 2)
+    assert mixed.tolist() == ones["vikram_human_seg"].tolist() and bad == 0
     labelled = sum(int((datasets["vikram_human_seg"][i]["mask"] != 255).sum()) for i in range(4))
     assert int(mixed.sum()) == labelled  # padding never counted
 
@@ -373,3 +373,29 @@ def test_two_processes_count_every_image_once(
     assert (tmp_path / "two/per_image.csv").read_text() == (
         tmp_path / "one/per_image.csv"
     ).read_text()
+
+
+def test_a_set_of_bad_pairs_only_is_an_error_not_a_pass(
+    checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Zero scored images must not print metrics (boundary F of nothing is 100%) or exit 0."""
+    user = tmp_path / "user"
+    (user / "images").mkdir(parents=True)
+    (user / "masks").mkdir()
+    for name in ("a", "b"):
+        (user / "images" / f"{name}.jpg").write_bytes(b"not a jpeg")
+        cv2.imwrite(str(user / "masks" / f"{name}.png"), np.zeros((8, 8), np.uint8))
+    out = tmp_path / "eval"
+    args = [
+        f"checkpoint={checkpoint.parent.parent}",  # a run folder: its best.pt
+        "data=folder",
+        f"data.root={user}",
+        "data.on_bad_sample=skip",
+        "split=all",
+        f"out={out}",
+        "num_workers=0",
+        "progress=false",
+    ]
+    assert load_script().main(args) == 2
+    assert "no image of folder all could be scored: all 2 pairs are bad" in caplog.text
+    assert not out.exists()

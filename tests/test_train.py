@@ -19,7 +19,7 @@ from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
 from seg.engine.checkpoint import CheckpointError, load_checkpoint, load_model_from_checkpoint
 from seg.engine.data import ResumableSampler, shard
-from seg.engine.logger import NonFiniteLossError
+from seg.engine.logger import NonFiniteLossError, format_report
 from seg.engine.losses import SegLoss, build_loss
 from seg.engine.optim import (
     WarmupSchedule,
@@ -287,3 +287,32 @@ def test_damaged_checkpoint_names_the_file(data_root: Path, tmp_path: Path) -> N
                 [*tiny_overrides(data_root, run), f"trainer.resume={tmp_path}/missing.pt"]
             )
         )
+
+
+def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_path: Path) -> None:
+    """Under data.on_bad_sample=skip a bad validation pair is not scored (never replaced by
+    its neighbour, which would count twice), a bad training pair is replaced; both are counted
+    in the results, metrics.jsonl and the final report. A split of bad pairs only stops."""
+    (data_root / "images" / "val" / f"{VAL_IDS[0]}.jpg").write_bytes(b"not a jpeg")
+    (data_root / "images" / "train" / "1.jpg").write_bytes(b"not a jpeg")
+    run = tmp_path / "run"
+    over = [*tiny_overrides(data_root, run), "data.on_bad_sample=skip", "trainer.max_steps=-1"]
+    result = train(compose_train(over))  # one epoch: every training pair drawn once
+    assert result["val/skipped"] == 1 and result["train/skipped"] == 1
+    cfg = compose_config([*tiny_overrides(data_root), "data.on_bad_sample=skip"])
+    val = build_eval_datasets(cfg.data, "val", build_eval_transform(cfg.aug))["folder"]
+    good = [val[i] for i in range(len(val)) if "bad" not in val[i]]
+    assert len(good) == len(VAL_IDS) - 1
+    labelled = sum(int((s["mask"] != 255).sum()) for s in good)
+    assert sum(map(sum, result["confusion/all"])) == labelled  # each good pair once, no other
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["val/skipped"] for r in logged if "val/skipped" in r] == [1.0]
+    assert json.loads((run / "metrics.json").read_text())["train/skipped"] == 1
+    assert "skipping bad sample" in (run / "train.log").read_text()  # the run's own log
+    report = format_report(result, ["folder"], 0.88)
+    assert "bad pairs skipped (data.on_bad_sample=skip): 1 in validation" in report
+
+    for i in VAL_IDS[1:]:
+        (data_root / "images" / "val" / f"{i}.jpg").write_bytes(b"")
+    with pytest.raises(RuntimeError, match=r"validation scored no pixel: all 3 pairs"):
+        train(compose_train([*tiny_overrides(data_root, tmp_path / "r2"), *over[-2:]]))

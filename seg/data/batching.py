@@ -87,7 +87,9 @@ def run_by_size(
 class PadCollate:
     """DataLoader ``collate_fn`` for eval-preset samples of different sizes: ``image`` and
     ``mask`` through :func:`pad_batch`, ``size`` (B, 2) each sample's own (h, w) (for
-    :func:`run_by_size`), the other keys as the default collate makes them."""
+    :func:`run_by_size`), the other keys as the default collate makes them. Samples with
+    ``bad`` (dropped bad pairs) are left out; their messages are the batch's ``bad`` list, and
+    a batch of bad pairs only is ``{"bad": [...]}``."""
 
     def __init__(self, image_fill: float | Sequence[float] = 0.0, mask_fill: int = IGNORE_INDEX):
         if isinstance(image_fill, (int, float)):
@@ -97,12 +99,16 @@ class PadCollate:
         self.mask_fill = int(mask_fill)
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        bad = [s["bad"] for s in samples if "bad" in s]
+        samples = [s for s in samples if "bad" not in s]
+        if not samples:
+            return {"bad": bad}
         images = [s["image"] for s in samples]
         masks = [s["mask"] for s in samples] if "mask" in samples[0] else None
         rest = default_collate([{k: v for k, v in s.items() if k not in PADDED} for s in samples])
         batch, padded = pad_batch(images, masks, self.image_fill, self.mask_fill)
         sizes = torch.tensor([tuple(im.shape[-2:]) for im in images], dtype=torch.long)
-        out = {**rest, "image": batch, "size": sizes}
+        out = {**rest, "image": batch, "size": sizes, "bad": bad}
         if padded is not None:
             out["mask"] = padded
         return out

@@ -40,7 +40,9 @@ class SegDataset(Dataset):
     (see ``seg.data.transforms``) called as ``transform(image=..., mask=...)`` that ends in a
     tensor conversion; without one the image is only normalised (ImageNet statistics).
     With ``on_bad_sample="skip"`` a bad pair is logged and replaced by the next good one;
-    ``skipped`` in the returned sample counts how many were passed over to reach it.
+    ``skipped`` in the returned sample counts how many were passed over to reach it. With
+    ``drop_bad`` (evaluation: no image may count twice) it is returned as ``{"id", "source",
+    "bad": message}`` instead, for the collate function to drop and count.
     """
 
     def __init__(
@@ -49,8 +51,10 @@ class SegDataset(Dataset):
         transform: Transform | None = None,
         on_bad_sample: BadSamplePolicy = BadSamplePolicy.error,
         mask_resize_tolerance: float = 0.01,
+        drop_bad: bool = False,
     ) -> None:
         self.refs = list(refs)
+        self.drop_bad = drop_bad
         self.transform = transform
         self.on_bad_sample = BadSamplePolicy(on_bad_sample)
         self.mask_resize_tolerance = mask_resize_tolerance
@@ -77,6 +81,8 @@ class SegDataset(Dataset):
                 if self.on_bad_sample is BadSamplePolicy.error:
                     raise
                 log.warning("skipping bad sample %s", err)
+                if self.drop_bad:
+                    return {"id": self.refs[i].id, "source": self.refs[i].source, "bad": str(err)}
                 continue
             sample = self._to_tensors(image, mask)
             ref = self.refs[i]
@@ -171,13 +177,15 @@ def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = Non
 def build_eval_datasets(
     cfg: DataConfig, split: str, transform: Transform | None = None
 ) -> dict[str, SegDataset]:
-    """One dataset per source for a split, so that results are reported per source."""
+    """One dataset per source for a split, so that results are reported per source; a bad
+    pair under ``on_bad_sample=skip`` is dropped (``drop_bad``), never replaced."""
     return {
         name: SegDataset(
             list_source(cfg, name).split_refs(split),
             transform,
             cfg.on_bad_sample,
             cfg.mask_resize_tolerance,
+            drop_bad=True,
         )
         for name in source_names(cfg)
     }

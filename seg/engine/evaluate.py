@@ -30,8 +30,9 @@ def evaluate(
     sources: list[str],
     num_classes: int,
     amp_dtype: torch.dtype | None = None,
-) -> dict[str, Tensor]:
-    """Confusion matrix (C, C) int64 of each source, over all ranks' shards.
+) -> tuple[dict[str, Tensor], int]:
+    """Confusion matrix (C, C) int64 of each source, over all ranks' shards, and the number
+    of bad pairs dropped (``on_bad_sample=skip``), also over all ranks.
 
     ``model`` is the plain module (not DDP: shards differ in length, so no collective may run
     inside the loop); ``loader`` is this rank's shard (None: empty), batches as
@@ -41,7 +42,11 @@ def evaluate(
     model.eval()
     index = {name: i for i, name in enumerate(sources)}
     cms = torch.zeros(len(sources), num_classes, num_classes, dtype=torch.long, device=device)
+    bad = torch.zeros((), dtype=torch.long, device=device)
     for batch in loader if loader is not None else []:
+        bad += len(batch["bad"])
+        if "image" not in batch:
+            continue
         images = batch["image"].to(device, non_blocking=True)
         masks = batch["mask"].to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
@@ -54,8 +59,9 @@ def evaluate(
             keep = torch.tensor([s == name for s in batch["source"]], device=device)
             cms[index[name]] += confusion_matrix(pred[keep], masks[keep], num_classes, IGNORE_INDEX)
     du.all_reduce_sum_(cms)
+    du.all_reduce_sum_(bad)
     model.train(was_training)
-    return {name: cms[i] for name, i in index.items()}
+    return {name: cms[i] for name, i in index.items()}, int(bad)
 
 
 def validation_metrics(cms: dict[str, Tensor]) -> dict[str, Any]:

@@ -166,7 +166,8 @@ class MetricLogger:
         :meth:`log_val_images`."""
         if self.tb is None or dataset is None or self.val_images <= 0:
             return
-        self.val_samples = [dataset[i] for i in range(min(self.val_images, len(dataset)))]
+        samples = (dataset[i] for i in range(min(self.val_images, len(dataset))))
+        self.val_samples = [s for s in samples if "bad" not in s]
 
     @torch.no_grad()
     def log_val_images(
@@ -249,4 +250,10 @@ def format_report(metrics: dict[str, Any], sources: list[str], target: float) ->
         )
     else:
         lines.append("target not reached during training")
+    val_bad, train_bad = metrics.get("val/skipped", 0), metrics.get("train/skipped", 0)
+    if val_bad or train_bad:
+        lines.append(
+            f"bad pairs skipped (data.on_bad_sample=skip): {val_bad:.0f} in validation "
+            f"(not scored), {train_bad:.0f} in training (replaced by the next pair)"
+        )
     return "\n".join(lines)

@@ -13,6 +13,8 @@ from seg.engine.config import FaultKind, TrainerConfig
 
 log = logging.getLogger(__name__)
 STATE_KEYS = ("epoch", "step", "batch_in_epoch", "elapsed_s", "best", "target", "metrics")
+# Keys added later, with the value a checkpoint written before them stands for.
+LATER_KEYS = {"train_skipped": 0}
 
 
 @dataclass
@@ -27,6 +29,8 @@ class TrainState:
     best: float | None = None
     target: dict | None = None  # when val/pixel_acc first reached trainer.target_pixel_acc
     metrics: dict = field(default_factory=dict)  # the latest validation
+    train_skipped: int = 0  # bad training pairs replaced (data.on_bad_sample=skip), all ranks
+    pending_skipped: int = field(default=0, repr=False)  # this rank's, since the last validation
     clock: float = field(default_factory=time.perf_counter, repr=False)
 
     def tick(self) -> None:
@@ -36,11 +40,13 @@ class TrainState:
         self.clock = now
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in STATE_KEYS}
+        return {k: getattr(self, k) for k in (*STATE_KEYS, *LATER_KEYS)}
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], world_size: int) -> TrainState:
-        state = cls(**{k: ckpt[k] for k in STATE_KEYS})
+        state = cls(
+            **{k: ckpt[k] for k in STATE_KEYS}, **{k: ckpt.get(k, v) for k, v in LATER_KEYS.items()}
+        )
         saved_world = len(ckpt["rng"])  # one entry per replica
         if state.batch_in_epoch and saved_world != world_size:
             # A position inside an epoch means nothing with another number of replicas.

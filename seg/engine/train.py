@@ -13,6 +13,7 @@ import datetime
 import logging
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +79,34 @@ def _fit(cfg: Config) -> dict[str, Any]:
     if du.is_main_process():
         remember_run_dir(run_dir)
     with lock_run_dir(run_dir):  # one run at a time in a folder
-        return _run(cfg, run_dir)
+        ckpt_path = find_resume_checkpoint(cfg.trainer.resume, run_dir)
+        claim_run_dir(run_dir, ckpt_path is not None, cfg.trainer.overwrite)  # never mix runs
+        with _log_to(run_dir / "train.log" if du.is_main_process() else None):
+            return _run(cfg, run_dir, ckpt_path)
 
 
-def _run(cfg: Config, run_dir: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def _log_to(path: Path | None) -> Iterator[None]:
+    """The run's log in its own folder too (``trainer.run_dir`` is not Hydra's output folder,
+    whose ``train.log`` Hydra writes already): a file handler on the root logger for the run."""
+    root = logging.getLogger()
+    have = {getattr(h, "baseFilename", None) for h in root.handlers}
+    if path is None or str(path.absolute()) in have:
+        yield
+        return
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def _run(cfg: Config, run_dir: Path, ckpt_path: Path | None) -> dict[str, Any]:
     t, main = cfg.trainer, du.is_main_process()
     seed_everything(cfg.seed, t.deterministic)
-    ckpt_path = find_resume_checkpoint(t.resume, run_dir)
-    claim_run_dir(run_dir, resuming=ckpt_path is not None, overwrite=t.overwrite)
     ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
     if ckpt is not None:
         check_resume_config(ckpt, cfg, ckpt_path)
@@ -163,6 +184,7 @@ def train_one_epoch(
             if state.batch_in_epoch >= passes or state.step >= p.total_steps:
                 break
             state.batch_in_epoch += 1
+            state.pending_skipped += int(batch["skipped"].sum())
             sync = state.batch_in_epoch % t.accumulate == 0
             meter.add(_forward_backward(p, batch, sync, t.accumulate), state.step + 1)
             if not sync:
@@ -252,10 +274,21 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     """Score the validation split (all ranks), record the target and the best; True if best."""
     t = cfg.trainer
     du.broadcast_buffers_(p.model_without_ddp)  # every rank scores rank 0's (saved) model
-    cms = evaluate(
+    cms, val_bad = evaluate(
         p.model_without_ddp, p.val_loader, p.device, p.sources, cfg.model.num_classes, p.amp_dtype
     )
+    if val_bad and not sum(int(cm.sum()) for cm in cms.values()):
+        raise RuntimeError(
+            f"validation scored no pixel: all {val_bad} pairs of the {t.val_split} split are bad "
+            "(data.on_bad_sample=skip dropped them; see the warnings above)"
+        )
+    train_bad = torch.tensor(state.pending_skipped)  # this rank's since the last validation
+    state.train_skipped += int(du.all_reduce_sum_(train_bad))
+    state.pending_skipped = 0
     state.metrics = validation_metrics(cms)
+    state.metrics.update(
+        {"val/skipped": float(val_bad), "train/skipped": float(state.train_skipped)}
+    )
     writer.log(state.step, scalars(state.metrics))
     aug = cfg.aug
     writer.log_val_images(state.step, p.model_without_ddp, p.device, aug.mean, aug.std, p.amp_dtype)

@@ -260,6 +260,11 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
         gathered = [r for part in du.all_gather_object(rows) for r in part]
         rows = sorted(gathered, key=lambda r: r["index"])
         skipped = [s for part in du.all_gather_object(skipped) for s in part]
+        if not rows:  # every pair was bad: no metric means anything, and nothing is written
+            raise ValueError(
+                f"no image of {data_name} {cfg.split} could be scored: all {len(skipped)} pairs "
+                f"are bad (data.on_bad_sample=skip), e.g. {skipped[0] if skipped else '?'}"
+            )
         scoring_s = time.perf_counter() - t0
         result = _result(cfg, train_cfg, data_name, predictor, totals, skipped)
         result["timing_s"] = {
