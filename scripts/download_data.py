@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     args = parse_args(argv)
-    root = args.root.expanduser().absolute() if args.root else resolve_data_root(REPO / "data")
+    root = args.root.expanduser().absolute() if args.root else resolve_data_root(None, base=REPO)
     if args.write_manifests:
         for name in args.names:
             path = manifest_path(name)

@@ -65,8 +65,9 @@ class FolderConfig:
 @dataclass
 class DataConfig:
     name: DatasetName = DatasetName.human_mix
-    # Where datasets live; the environment variable SEG_DATA_DIR overrides it.
-    root: str = "data"
+    # Where datasets live. null: $SEG_DATA_DIR, else data/ (relative to the working directory);
+    # a value given here or on the command line wins over the environment variable.
+    root: str | None = None
     # human_mix only: the sources reported by validation and test (one table row each) ...
     sources: list[str] = field(default_factory=lambda: ["eg_portrait", "ccp", "vikram_human_seg"])
     # ... and those whose train splits are joined: null = all of ``sources``. Naming fewer holds

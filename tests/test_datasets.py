@@ -118,9 +118,15 @@ def test_split_ids_are_written_and_disjoint(data_env: Path, tmp_path: Path) -> N
         assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
 
 
-def test_data_root_env_var_overrides_config(data_env: Path, tmp_path: Path) -> None:
-    cfg = DataConfig(name=DatasetName.vikram_human_seg, root=str(tmp_path / "nowhere"))
-    assert len(build_dataset(cfg, "test")) == 58  # SEG_DATA_DIR wins over data.root
+def test_data_root_wins_over_the_env_var_which_is_the_default(
+    data_env: Path, tmp_path: Path
+) -> None:
+    """data.root on the command line beats an exported SEG_DATA_DIR (Hydra's convention)."""
+    assert len(build_dataset(DataConfig(name=DatasetName.vikram_human_seg), "test")) == 58
+    given = compose_config(["data=vikram_human_seg", f"data.root={tmp_path / 'nowhere'}"]).data
+    assert given.root == str(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        build_dataset(dataclasses.replace(given, download=False), "test")
 
 
 def test_missing_dataset_without_download_says_what_to_do(tmp_path: Path, monkeypatch) -> None:

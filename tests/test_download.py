@@ -393,7 +393,7 @@ def test_link_members_are_rejected(vikram, tmp_path):
 
 def test_shared_copy_is_present(shared_datasets, monkeypatch):
     monkeypatch.setenv("SEG_DATA_DIR", str(shared_datasets))
-    root = resolve_data_root("data")
+    root = resolve_data_root(None)  # data.root not given: the environment's
     assert root == shared_datasets.absolute()
     for name in SOURCES:
         assert is_present(name, root), name
@@ -418,8 +418,10 @@ def test_resolve_data_root(monkeypatch, tmp_path):
     monkeypatch.delenv("SEG_DATA_DIR", raising=False)
     assert resolve_data_root("data", base=tmp_path) == tmp_path / "data"
     assert resolve_data_root(tmp_path / "x") == tmp_path / "x"
+    assert resolve_data_root(None, base=tmp_path) == tmp_path / "data"
     monkeypatch.setenv("SEG_DATA_DIR", str(tmp_path / "elsewhere"))
-    assert resolve_data_root("data", base=tmp_path) == tmp_path / "elsewhere"
+    assert resolve_data_root(None, base=tmp_path) == tmp_path / "elsewhere"
+    assert resolve_data_root("data", base=tmp_path) == tmp_path / "data"  # a given root wins
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path):

@@ -207,10 +207,12 @@ def manual_instructions(source: DatasetSource, root: Path) -> str:
     )
 
 
-def resolve_data_root(root: str | Path, base: Path | None = None) -> Path:
-    """The absolute data root: ``$SEG_DATA_DIR`` if set, else ``root`` (relative to ``base``,
-    default the current directory)."""
-    path = Path(os.environ.get(ENV_DATA_DIR) or root).expanduser()
+def resolve_data_root(root: str | Path | None, base: Path | None = None) -> Path:
+    """The absolute data root: ``root`` if given (``data.root``: the command line wins, as in
+    Hydra's ``${oc.env:...}`` defaults), else ``$SEG_DATA_DIR``, else ``data``; relative paths
+    are taken from ``base`` (default: the current directory)."""
+    path = Path(root if root is not None else (os.environ.get(ENV_DATA_DIR) or "data"))
+    path = path.expanduser()
     return path if path.is_absolute() else (base or Path.cwd()).absolute() / path
 
 
