@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from seg.config import Config, DataConfig, DatasetName
+from seg.data.download import resolve_data_root
 from seg.engine import distributed as du
 from seg.engine.checkpoint import checkpoint_file, load_model_from_checkpoint
 from seg.engine.data import shard
@@ -148,7 +149,13 @@ def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
     model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
     if cfg.eval_size is not None:
         train_cfg.aug.eval_size = [int(v) for v in cfg.eval_size]
-    return model, train_cfg, cfg.data if cfg.data is not None else train_cfg.data
+    if cfg.data is not None:
+        return model, train_cfg, cfg.data
+    data = train_cfg.data  # the checkpoint's; its root may be another machine's path
+    if data.root is not None and not resolve_data_root(data.root).is_dir():
+        log.info("data.root %s of the checkpoint is not here: using this machine's", data.root)
+        data = dataclasses.replace(data, root=None)
+    return model, train_cfg, data
 
 
 def _result(
