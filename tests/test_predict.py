@@ -189,6 +189,43 @@ def test_video_gives_a_video_per_kind_with_every_frame(setup, photos, tmp_path):
         run_predict(predict_cfg(video, tmp_path / "out", outputs=[OutputKind.cutout]), model, cfg)
 
 
+def test_a_damaged_video_warns_with_both_frame_counts_and_skip_covers_videos(
+    setup, photos, tmp_path, caplog
+):
+    """A video cut in half (its container still says 30 frames) is written as far as it
+    decodes, with a warning naming it and both counts; under on_bad_input=skip an unreadable
+    video is skipped like an unreadable image, and the other inputs are still predicted."""
+    model, cfg = setup
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    full = tmp_path / "full.avi"  # MJPG in AVI: the header's frame count survives a cut
+    writer = cv2.VideoWriter(str(full), cv2.VideoWriter_fourcc(*"MJPG"), 10, (128, 96))
+    frame = cv2.resize(read_image(photos / "1.jpg"), (128, 96))
+    for i in range(30):
+        writer.write(cv2.cvtColor(np.roll(frame, 4 * i, axis=1), cv2.COLOR_RGB2BGR))
+    writer.release()
+    data = full.read_bytes()
+    (clips / "cut.avi").write_bytes(data[: len(data) // 2])
+    decodable = count_frames(clips / "cut.avi")[0]
+    assert 0 < decodable < 30
+    with caplog.at_level("WARNING", logger="seg.inference.run"):
+        summary = run_predict(predict_cfg(clips, tmp_path / "a"), model, cfg)
+    assert summary["frames"] == decodable
+    assert f"cut.avi: the container reports 30 frames, only {decodable} could be decoded" in (
+        caplog.text
+    )
+    assert count_frames(tmp_path / "a" / "cut_mask.mp4")[0] == decodable
+
+    (clips / "broken.mp4").write_bytes(b"not a video" * 100)
+    shutil.copy(photos / "1.jpg", clips)
+    with pytest.raises(ValueError, match=r"broken\.mp4: corrupt or unreadable video"):
+        run_predict(predict_cfg(clips, tmp_path / "b"), model, cfg)
+    skip = predict_cfg(clips, tmp_path / "c", on_bad_input=BadSamplePolicy.skip)
+    summary = run_predict(skip, model, cfg)
+    assert summary["skipped"] == [str(clips / "broken.mp4")]
+    assert summary["images"] == 1 and summary["frames"] == decodable
+
+
 def test_bad_inputs_raise_errors_naming_the_file(setup, photos, tmp_path):
     model, cfg = setup
     corrupt = photos / "broken.jpg"

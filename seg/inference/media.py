@@ -107,6 +107,10 @@ def write_image(path: Path, array: np.ndarray, jpeg_quality: int = 95) -> Path:
     return path
 
 
+class UnreadableVideo(ValueError):
+    """A video that cannot be opened or yields no frame (``on_bad_input=skip`` skips it)."""
+
+
 @dataclass(frozen=True)
 class VideoInfo:
     fps: float
@@ -114,10 +118,11 @@ class VideoInfo:
 
 
 def open_video(path: Path) -> tuple[cv2.VideoCapture, VideoInfo]:
-    """Open a video for reading; raises ``ValueError`` naming the file if it cannot be decoded."""
+    """Open a video for reading; raises :class:`UnreadableVideo` naming the file if it cannot
+    be decoded."""
     capture = cv2.VideoCapture(str(path))
     if not capture.isOpened():
-        raise ValueError(f"{path}: corrupt or unreadable video (OpenCV could not open it)")
+        raise UnreadableVideo(f"{path}: corrupt or unreadable video (OpenCV could not open it)")
     fps = capture.get(cv2.CAP_PROP_FPS)
     info = VideoInfo(
         fps=fps if fps and fps > 0 else 25.0,  # some containers do not store a rate

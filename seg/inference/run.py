@@ -19,7 +19,14 @@ from tqdm import tqdm
 from seg.config import BadSamplePolicy, Config
 from seg.data.io import BadSampleError, read_image
 from seg.inference.config import TTA, OutputKind, PredictConfig, check_predict_config
-from seg.inference.media import VideoWriter, find_inputs, frame_batches, open_video, write_image
+from seg.inference.media import (
+    UnreadableVideo,
+    VideoWriter,
+    find_inputs,
+    frame_batches,
+    open_video,
+    write_image,
+)
 from seg.inference.predictor import Predictor, build_predictor
 from seg.inference.render import SUFFIXES, Background, RenderOptions, render
 
@@ -111,7 +118,9 @@ def predict_video(
 ) -> dict[str, Any]:
     """Predict a video frame by frame in batches; one mp4v video ``<stem>_<kind>.mp4`` per kind.
 
-    The outputs appear only once complete. Returns ``{"frames": n, "written": [paths]}``.
+    The outputs appear only once complete. Returns ``{"frames": n, "written": [paths]}``. A
+    video that decodes to fewer frames than its container reports (damaged, cut short) is
+    written as far as it decodes, with a warning naming the file and both counts.
     """
     check_video_outputs(path, spec.kinds)
     capture, info = open_video(path)
@@ -133,7 +142,18 @@ def predict_video(
                 frames += len(images)
                 bar.update(len(images))
         if frames == 0:
-            raise ValueError(f"{path}: no frame could be decoded")
+            raise UnreadableVideo(
+                f"{path}: corrupt or unreadable video (no frame could be decoded)"
+            )
+        if frames < info.frames:
+            log.warning(
+                "%s: the container reports %d frames, only %d could be decoded (damaged or cut "
+                "short); the outputs hold those %d",
+                path,
+                info.frames,
+                frames,
+                frames,
+            )
         written = [str(writer.commit()) for _, writer in writers]
     except BaseException:
         for _, writer in writers:
@@ -175,7 +195,14 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     )
     summary.update(frames=0, device=str(predictor.device))
     for video in inputs.videos:
-        result = predict_video(predictor, video, spec, cfg.batch_size, cfg.progress)
+        try:
+            result = predict_video(predictor, video, spec, cfg.batch_size, cfg.progress)
+        except UnreadableVideo as err:  # the skip policy holds for videos as for images
+            if BadSamplePolicy(cfg.on_bad_input) is not BadSamplePolicy.skip:
+                raise
+            log.warning("skipped %s", err)
+            summary["skipped"].append(str(video))
+            continue
         summary["frames"] += result["frames"]
         summary["written"] += result["written"]
     return summary
