@@ -233,13 +233,18 @@ def run_export(cfg: ExportConfig, model: nn.Module, train_cfg: Config) -> dict[s
     """Export ``model`` to ``cfg.out`` and, with ``cfg.verify``, check it in ONNX Runtime.
 
     Returns ``{"path", "max_abs_diff", "mask_agreement", "cases"}`` (no figures without
-    verify). Raises ``RuntimeError`` with the figures when they miss ``cfg.tolerance`` or
-    ``cfg.min_agreement`` (the file stays, for inspection).
+    verify). The file is written as ``<stem>.unverified.onnx`` and takes its name only once the
+    check passes; when the figures miss ``cfg.tolerance`` or ``cfg.min_agreement``,
+    :class:`ExportMismatchError` gives them and the unverified file stays for inspection
+    (an earlier file at ``cfg.out`` is left as it was).
     """
     eval_size = check_aug_config(train_cfg.aug).eval_size
-    path = export_onnx(model, Path(cfg.out), eval_size, cfg.opset, model_metadata(model, train_cfg))
-    result: dict[str, Any] = {"path": str(path)}
+    final = Path(cfg.out)
+    path = final.with_name(f"{final.stem}.unverified{final.suffix}")
+    export_onnx(model, path, eval_size, cfg.opset, model_metadata(model, train_cfg))
+    result: dict[str, Any] = {"path": str(final)}
     if not cfg.verify:
+        os.replace(path, final)
         return result
     sizes = cfg.sizes or [list(eval_size), [round(s * 1.25) | 1 for s in eval_size]]
     batches = image_batches(_verification_images(cfg), train_cfg.aug, sizes, cfg.batch_sizes)
@@ -249,6 +254,8 @@ def run_export(cfg: ExportConfig, model: nn.Module, train_cfg: Config) -> dict[s
         raise ExportMismatchError(
             f"{path}: ONNX Runtime disagrees with PyTorch: max |logit diff| "
             f"{check.max_abs_diff:.3g} (tolerance {cfg.tolerance:g}), mask agreement "
-            f"{check.mask_agreement:.5f} (minimum {cfg.min_agreement:g}); cases {check.cases}"
+            f"{check.mask_agreement:.5f} (minimum {cfg.min_agreement:g}); cases {check.cases}. "
+            f"Kept for inspection; {final} was not written"
         )
+    os.replace(path, final)
     return result

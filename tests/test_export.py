@@ -24,6 +24,7 @@ pytest.importorskip("onnxscript", reason="torch's dynamo ONNX exporter needs onn
 
 from seg.export import (
     ExportConfig,
+    ExportMismatchError,
     compare_with_onnx,
     export_onnx,
     image_batches,
@@ -122,6 +123,23 @@ class TinyNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> dict:
         return {"out": self.conv(x), "aux": []}
+
+
+def test_a_failed_check_never_takes_the_final_name(photos, tmp_path):
+    """An export that misses the figures stays under its unverified name; the file already at
+    out= (a good earlier export) is untouched. One that passes replaces it."""
+    cfg = model_config("single_column")
+    model = calibrated_model(cfg, photos)
+    out = tmp_path / "model.onnx"
+    out.write_bytes(b"an earlier, verified export")
+    strict = ExportConfig(checkpoint="unused", out=str(out), min_agreement=1.01)  # cannot pass
+    with pytest.raises(ExportMismatchError, match=r"model\.unverified\.onnx: .*was not written"):
+        run_export(strict, model, cfg)
+    assert out.read_bytes() == b"an earlier, verified export"
+    assert (tmp_path / "model.unverified.onnx").is_file()
+    result = run_export(ExportConfig(checkpoint="unused", out=str(out)), model, cfg)
+    assert result["path"] == str(out) and out.read_bytes()[:4] != b"an e"
+    assert not (tmp_path / "model.unverified.onnx").exists()
 
 
 def test_comparison_catches_a_mismatch(tmp_path):
