@@ -226,6 +226,14 @@ def test_a_damaged_video_warns_with_both_frame_counts_and_skip_covers_videos(
     assert summary["images"] == 1 and summary["frames"] == decodable
 
 
+def test_out_may_not_be_the_input_folder(setup, photos):
+    model, cfg = setup
+    before = sorted(p.name for p in photos.iterdir())
+    with pytest.raises(ValueError, match=r"is the input folder: a second run would predict"):
+        run_predict(predict_cfg(photos, photos / "."), model, cfg)
+    assert sorted(p.name for p in photos.iterdir()) == before
+
+
 def test_bad_inputs_raise_errors_naming_the_file(setup, photos, tmp_path):
     model, cfg = setup
     corrupt = photos / "broken.jpg"

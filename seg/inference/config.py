@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import TypeVar
 
 from omegaconf import MISSING
@@ -79,6 +80,12 @@ def check_predict_config(cfg: PredictConfig) -> None:
     for ok, key, value, expected in checks:
         if not ok:
             raise ValueError(f"{key}={value!r} is invalid: expected {expected}")
+    source = Path(cfg.input).expanduser()
+    if source.is_dir() and source.resolve() == Path(cfg.out).expanduser().resolve():
+        raise ValueError(
+            f"out={cfg.out!r} is the input folder: a second run would predict its own outputs; "
+            "choose another folder (e.g. a subfolder)"
+        )
 
 
 def _names(enum: type[Enum]) -> str:
