@@ -133,6 +133,13 @@ def test_resume_refuses_another_optimiser_or_model_before_loading_any_state(
     assert result["step"] == 2 and "optim.lr: 0.01 -> 0.02" in caplog.text
 
 
+def test_a_config_error_leaves_no_run_folder(data_root: Path, tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "x"
+    with pytest.raises(ValueError, match=r"trainer\.best_metric='nope'"):
+        _train(data_root, run, "trainer.max_steps=1", "trainer.best_metric=nope")
+    assert not run.exists()
+
+
 def test_a_run_folder_names_its_best_checkpoint(data_root: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     _train(data_root, run, "trainer.max_steps=1")

@@ -74,16 +74,27 @@ def default_run_dir() -> Path:
     return Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
 
 
-def decide_run_dir(requested: str | None) -> Path:
+def decide_run_dir(requested: str | None) -> tuple[Path, bool]:
     """Rank 0 picks the run directory (``trainer.run_dir`` or :func:`default_run_dir`) and
-    creates it; every rank gets the same absolute path."""
-    path = None
+    creates it; every rank gets the same absolute path, and whether this call created it."""
+    found = None
     if du.is_main_process():
         path = Path(requested) if requested else default_run_dir()
         path = path.expanduser().absolute()
+        created = not path.exists()
         path.mkdir(parents=True, exist_ok=True)
-        path = str(path)
-    return Path(du.broadcast_object(path))
+        found = (str(path), created)
+    path, created = du.broadcast_object(found)
+    return Path(path), created
+
+
+def remove_if_unused(run_dir: Path) -> None:
+    """Remove a run folder this run created when it failed before writing anything of a run
+    (a config error, a busy GPU): only its lock and log, never a file of :data:`RUN_FILES`."""
+    if not du.is_main_process() or run_files(run_dir):
+        return
+    if {p.name for p in run_dir.iterdir()} <= {".lock", "train.log"}:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def run_files(run_dir: Path) -> list[str]:

@@ -43,6 +43,7 @@ from seg.engine.run_dir import (
     config_to_dict,
     decide_run_dir,
     lock_run_dir,
+    remove_if_unused,
     to_config,
     write_json,
     write_run_files,
@@ -75,14 +76,19 @@ def train(cfg: Config | DictConfig) -> dict[str, Any]:
 
 
 def _fit(cfg: Config) -> dict[str, Any]:
-    run_dir = decide_run_dir(cfg.trainer.run_dir)
+    run_dir, created = decide_run_dir(cfg.trainer.run_dir)
     if du.is_main_process():
         remember_run_dir(run_dir)
-    with lock_run_dir(run_dir):  # one run at a time in a folder
-        ckpt_path = find_resume_checkpoint(cfg.trainer.resume, run_dir)
-        claim_run_dir(run_dir, ckpt_path is not None, cfg.trainer.overwrite)  # never mix runs
-        with _log_to(run_dir / "train.log" if du.is_main_process() else None):
-            return _run(cfg, run_dir, ckpt_path)
+    try:
+        with lock_run_dir(run_dir):  # one run at a time in a folder
+            ckpt_path = find_resume_checkpoint(cfg.trainer.resume, run_dir)
+            claim_run_dir(run_dir, ckpt_path is not None, cfg.trainer.overwrite)  # never mix
+            with _log_to(run_dir / "train.log" if du.is_main_process() else None):
+                return _run(cfg, run_dir, ckpt_path)
+    except BaseException:
+        if created:  # a run that failed before writing anything leaves no empty folder
+            remove_if_unused(run_dir)
+        raise
 
 
 @contextlib.contextmanager
