@@ -289,6 +289,24 @@ def test_damaged_checkpoint_names_the_file(data_root: Path, tmp_path: Path) -> N
         )
 
 
+class _RunsCode:
+    """An object whose unpickling would run code (here: create a file)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_malicious_checkpoint_is_refused_without_running_its_code(tmp_path: Path) -> None:
+    marker, evil = tmp_path / "ran", tmp_path / "evil.pt"
+    torch.save({"model": {}, "config": {}, "payload": _RunsCode(marker)}, evil)
+    with pytest.raises(CheckpointError, match=r"evil\.pt"):
+        load_model_from_checkpoint(evil)
+    assert not marker.exists()
+
+
 def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_path: Path) -> None:
     """Under data.on_bad_sample=skip a bad validation pair is not scored (never replaced by
     its neighbour, which would count twice), a bad training pair is replaced; both are counted
