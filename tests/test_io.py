@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import cv2
@@ -38,6 +40,33 @@ def test_corrupt_truncated_and_missing_images_name_the_file(
         with pytest.raises(BadSampleError, match=words) as info:
             read_image(tmp_path / name)
         assert name in str(info.value)
+
+
+def _png_header(w: int, h: int) -> bytes:
+    """A PNG whose header claims w x h pixels (8-bit gray), with the data of one row only."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * (w + 1))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def test_images_beyond_the_pixel_limit_are_refused_from_their_header(tmp_path: Path) -> None:
+    """A decompression bomb (a small file claiming 30000 x 30000 = 2.7 GB of RGB) is refused
+    before decoding, naming the file and its size; so is any image over a given limit."""
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(_png_header(30000, 30000))
+    with pytest.raises(BadSampleError, match=r"bomb\.png: too large to decode .*900000000 pixels"):
+        read_image(bomb)
+    with pytest.raises(BadSampleError, match=r"bomb\.png: too large to decode"):
+        read_mask_array(bomb)
+    cv2.imwrite(str(tmp_path / "ok.png"), np.zeros((40, 50), np.uint8))
+    assert read_image(tmp_path / "ok.png").shape == (40, 50, 3)
+    with pytest.raises(BadSampleError, match=r"ok\.png: 50 x 40 pixels \(0 MP\) exceed"):
+        read_image(tmp_path / "ok.png", max_pixels=1999)
 
 
 def test_mat_masks_read_named_variable_and_reject_missing_key(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ file and the problem.
 
 from __future__ import annotations
 
+import io
+import warnings
 from pathlib import Path
 
 import cv2
@@ -16,6 +18,10 @@ import scipy.io
 from seg.config import MaskEncoding
 
 IGNORE_INDEX = 255
+# Largest image decoded, in pixels: PIL's decompression-bomb limit (2 x 89,478,485, ~179 MP,
+# 537 MB as RGB). A 875 KB PNG can claim 30000 x 30000 pixels (2.7 GB decoded); it is refused
+# from its header, before anything is decoded. A 12000 x 12000 photo (144 MP) still reads.
+MAX_IMAGE_PIXELS = 2 * 89_478_485
 
 
 class BadSampleError(ValueError):
@@ -27,16 +33,41 @@ class BadSampleError(ValueError):
         super().__init__(f"{path}: {problem}")
 
 
-def read_image(path: Path) -> np.ndarray:
+def read_image(path: Path, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
     """Decode an image file into uint8 (H, W, 3) RGB; grayscale and RGBA become RGB.
 
-    EXIF orientation is ignored on purpose: the masks are drawn on the stored pixel grid.
+    EXIF orientation is ignored on purpose: the masks are drawn on the stored pixel grid. An
+    image of more than ``max_pixels`` (its header says) raises ``BadSampleError`` naming the
+    file and its size, without being decoded.
     """
     data = _read_bytes(path)
+    _check_pixels(data, path, max_pixels)
     image = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     if image is None:
         raise BadSampleError(path, "corrupt or unreadable image (the decoder could not read it)")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=image)  # in place: one copy of a big photo
+
+
+def _check_pixels(data: np.ndarray, path: Path, max_pixels: int) -> None:
+    """Refuse an image whose header claims more than ``max_pixels`` (PIL reads only the
+    header; a format it does not know is left to OpenCV)."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data.tobytes())) as im:
+                w, h = im.size
+    except Image.DecompressionBombError as err:  # beyond PIL's own limit: its message says
+        raise BadSampleError(path, f"too large to decode ({err})") from None
+    except Exception:  # not a format PIL reads, or a damaged header: OpenCV decides
+        return
+    if w * h > max_pixels:
+        raise BadSampleError(
+            path,
+            f"{w} x {h} pixels ({w * h / 1e6:.0f} MP) exceed the decode limit of "
+            f"{max_pixels / 1e6:.0f} MP (seg.data.io.MAX_IMAGE_PIXELS): downscale it first",
+        )
 
 
 def read_mask_array(path: Path, mat_key: str | None = None) -> np.ndarray:
@@ -57,7 +88,9 @@ def read_mask_array(path: Path, mat_key: str | None = None) -> np.ndarray:
             )
         array = np.asarray(content[mat_key])
     else:
-        array = cv2.imdecode(_read_bytes(path), cv2.IMREAD_UNCHANGED)
+        data = _read_bytes(path)
+        _check_pixels(data, path, MAX_IMAGE_PIXELS)
+        array = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
         if array is None:
             raise BadSampleError(path, "corrupt or unreadable mask image")
         if array.ndim == 3:
