@@ -59,13 +59,17 @@ def checkpoint_file(path: str | Path, name: str = "best.pt") -> Path:
     )
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint onto the CPU with ``weights_only=True``; errors name the file."""
+def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """Read a checkpoint onto the CPU with ``weights_only=True``; errors name the file.
+
+    ``mmap=True`` maps the tensors instead of reading them: a cheap check that the file is a
+    whole, readable checkpoint (its structure is unpickled, its data not read).
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch's unpicklers raise many kinds on damaged bytes
         raise CheckpointError(
             f"cannot read checkpoint {path} ({type(err).__name__}: {err}); the file is damaged, "
@@ -223,7 +227,7 @@ def _newest_readable(folder: Path) -> tuple[str | None, str | None]:
         return None, None
     for path in present:
         try:
-            load_checkpoint(path)
+            load_checkpoint(path, mmap=True)  # the resume loads it for real
         except CheckpointError as err:
             log.warning("trainer.resume=auto: skipping %s: %s", path.name, err)
             continue
