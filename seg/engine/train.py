@@ -288,7 +288,8 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
             f"validation scored no pixel: all {val_bad} pairs of the {t.val_split} split are bad "
             "(data.on_bad_sample=skip dropped them; see the warnings above)"
         )
-    train_bad = torch.tensor(state.pending_skipped)  # this rank's since the last validation
+    # This rank's since the last validation, on the device the backend serves (NCCL: a GPU).
+    train_bad = torch.tensor(state.pending_skipped, device=p.device)
     state.train_skipped += int(du.all_reduce_sum_(train_bad))
     state.pending_skipped = 0
     state.metrics = validation_metrics(cms)

@@ -56,7 +56,8 @@ def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
 
 class RawSamples(Dataset):
     """``items`` -> dicts ``image`` uint8 (H, W, 3), ``mask`` uint8 (H, W) {0, 1, 255},
-    ``index``, or ``error`` (a message) for a bad pair under ``policy=skip``."""
+    ``index``, or ``bad`` (a message) for a bad pair under ``policy=skip``, as in training's
+    validation (``SegDataset(drop_bad=True)``)."""
 
     def __init__(self, items: list[Item], policy: BadSamplePolicy) -> None:
         self.items = items
@@ -72,7 +73,7 @@ class RawSamples(Dataset):
         except BadSampleError as err:
             if self.policy is BadSamplePolicy.error:
                 raise
-            return {"index": item.index, "error": str(err)}
+            return {"index": item.index, "bad": str(err)}
         return {"index": item.index, "image": image, "mask": mask}
 
 

@@ -80,8 +80,8 @@ def score_items(
     show = cfg.progress and du.is_main_process()
     bar = tqdm(total=len(items), unit="img", desc="evaluating", disable=None if show else True)
     for batch in raw_loader(items, policy, cfg.batch_size, cfg.num_workers) if items else []:
-        skipped += [s["error"] for s in batch if "error" in s]
-        good = [s for s in batch if "error" not in s]
+        skipped += [s["bad"] for s in batch if "bad" in s]
+        good = [s for s in batch if "bad" not in s]
         for sample, prob in zip(good, predictor([s["image"] for s in good]), strict=True):
             item = by_index[sample["index"]]
             truth = torch.from_numpy(sample["mask"]).to(prob.device)
