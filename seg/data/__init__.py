@@ -1,6 +1,6 @@
 """Datasets, transforms and loaders for human segmentation."""
 
-from seg.data.batching import PadCollate, pad_batch, run_by_size
+from seg.data.batching import PadCollate, pad_batch, pixel_batches, run_by_size
 from seg.data.datasets import (
     SOURCE_NAMES,
     SegDataset,
@@ -27,6 +27,7 @@ __all__ = [
     "build_train_dataset",
     "list_source",
     "pad_batch",
+    "pixel_batches",
     "run_by_size",
     "save_splits",
     "source_names",

@@ -22,6 +22,9 @@ from torch.utils.data import default_collate
 from seg.data.io import IGNORE_INDEX
 
 PADDED = ("image", "mask")
+# Raw photos a batch of evaluation or prediction may hold (64 MP: 8 phone photos, ~250 MB of
+# uint8 pixels with their masks); one larger photo makes a batch of its own.
+MAX_BATCH_PIXELS = 64_000_000
 
 
 def pad_batch(
@@ -84,6 +87,25 @@ def run_by_size(
     return out
 
 
+def pixel_batches(
+    pixels: Sequence[int], batch_size: int, max_pixels: int = MAX_BATCH_PIXELS
+) -> list[list[int]]:
+    """Consecutive indices in batches of at most ``batch_size`` items and ``max_pixels``
+    pixels in all (``pixels[i]``: item i's count); an item larger than that is a batch alone."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, n in enumerate(pixels):
+        if current and (len(current) == batch_size or total + n > max_pixels):
+            batches.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += n
+    if current:
+        batches.append(current)
+    return batches
+
+
 class PadCollate:
     """DataLoader ``collate_fn`` for eval-preset samples of different sizes: ``image`` and
     ``mask`` through :func:`pad_batch`, ``size`` (B, 2) each sample's own (h, w) (for
@@ -114,4 +136,4 @@ class PadCollate:
         return out
 
 
-__all__ = ["PadCollate", "pad_batch", "run_by_size"]
+__all__ = ["MAX_BATCH_PIXELS", "PadCollate", "pad_batch", "pixel_batches", "run_by_size"]

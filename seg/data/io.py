@@ -51,17 +51,13 @@ def read_image(path: Path, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
 def _check_pixels(data: np.ndarray, path: Path, max_pixels: int) -> None:
     """Refuse an image whose header claims more than ``max_pixels`` (PIL reads only the
     header; a format it does not know is left to OpenCV)."""
-    from PIL import Image
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data.tobytes())) as im:
-                w, h = im.size
-    except Image.DecompressionBombError as err:  # beyond PIL's own limit: its message says
+        size = _header_size(io.BytesIO(data.tobytes()))
+    except _TooLarge as err:  # beyond PIL's own limit: its message says
         raise BadSampleError(path, f"too large to decode ({err})") from None
-    except Exception:  # not a format PIL reads, or a damaged header: OpenCV decides
+    if size is None:  # not a format PIL reads, or a damaged header: OpenCV decides
         return
+    w, h = size
     if w * h > max_pixels:
         raise BadSampleError(
             path,
@@ -163,6 +159,36 @@ def fit_mask_to_image(
         f"mask size {mw}x{mh} does not match image size {iw}x{ih} (W x H); a smaller mask is "
         f"resized only when the aspect ratios agree within {tolerance:.0%} (here {aspect_gap:.1%})",
     )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _header_size(source: Path | io.BytesIO) -> tuple[int, int] | None:
+    """(W, H) from an image header (a path or a file object), without decoding the pixels;
+    None when PIL cannot read the header. Beyond PIL's own limit: ``_TooLarge``."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(source) as im:
+                return im.size
+    except Image.DecompressionBombError as err:
+        raise _TooLarge(str(err)) from None
+    except Exception:
+        return None
+
+
+def header_pixels(path: Path) -> int:
+    """The pixel count an image file's header claims, 0 when it cannot be read (the decoder
+    then reports the problem); for sizing batches before anything is decoded."""
+    try:
+        size = _header_size(path)
+    except _TooLarge:
+        return MAX_IMAGE_PIXELS + 1
+    return 0 if size is None else size[0] * size[1]
 
 
 def _read_bytes(path: Path) -> np.ndarray:

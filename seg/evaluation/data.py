@@ -14,6 +14,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from seg.config import BadSamplePolicy, DataConfig
 from seg.data import BadSampleError, SegDataset, list_source, source_names
+from seg.data.batching import pixel_batches
+from seg.data.io import header_pixels
 from seg.data.listing import natural_key
 
 log = logging.getLogger(__name__)
@@ -84,11 +86,12 @@ def _as_list(batch: list[dict]) -> list[dict]:
 def raw_loader(
     items: list[Item], policy: BadSamplePolicy, batch_size: int, num_workers: int
 ) -> DataLoader:
-    """Batches (lists) of :class:`RawSamples` read by ``num_workers`` processes, in order."""
+    """Batches (lists) of :class:`RawSamples` read by ``num_workers`` processes, in order, of
+    at most ``batch_size`` images and ``MAX_BATCH_PIXELS`` pixels (sizes from the headers)."""
+    pixels = [header_pixels(item.dataset.refs[item.position].image) for item in items]
     return DataLoader(
         RawSamples(items, policy),
-        batch_size=batch_size,
-        shuffle=False,
+        batch_sampler=pixel_batches(pixels, batch_size),
         num_workers=num_workers,
         collate_fn=_as_list,
         persistent_workers=False,

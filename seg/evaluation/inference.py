@@ -3,10 +3,11 @@ augmentation (flip, several scales) and sliding windows.
 
 Built on ``seg.inference.predictor``: one :class:`Predictor` per scale (its eval preset fits
 the image into ``eval_size * scale``, as bounds of the long and short side, its ``logits`` does
-the flip), and ``restore_logits`` crops the padding and resizes the logits to H x W. Per scale
+the flip), and ``LogitRestorer`` crops the padding and resizes the logits to H x W. Per scale
 the logits are restored and turned into probabilities; the probabilities are averaged over the
-scales. Sliding windows cover each scale's model input; overlapping logits are averaged (as
-mmsegmentation's ``slide`` mode).
+scales. Evaluation asks for class maps (``labels``), which are made band by band at the full
+resolution, so a photo's size bounds memory at a few bytes per pixel. Sliding windows cover
+each scale's model input; overlapping logits are averaged (as mmsegmentation's ``slide`` mode).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 
 from seg.config import Config
 from seg.data.transforms import build_eval_transform
-from seg.inference.predictor import Predictor, build_predictor, restore_logits
+from seg.inference.predictor import BAND_VALUES, LogitRestorer, Predictor, build_predictor
 
 
 def _windows(size: int, window: int, stride: int) -> list[int]:
@@ -86,18 +87,52 @@ class ProbabilityPredictor:
             return predictor.logits(batch)
         return slide_logits(predictor.logits, batch, self.window, self.stride)
 
-    @torch.inference_mode()
-    def __call__(self, images: Sequence[np.ndarray]) -> list[Tensor]:
-        """uint8 (H, W, 3) RGB images of any sizes -> softmax probabilities on ``self.device``."""
+    def _restorers(self, images: Sequence[np.ndarray]) -> list[list[LogitRestorer]]:
+        """Per image, one :class:`LogitRestorer` per scale (the network's small outputs)."""
+        per_image: list[list[LogitRestorer]] = [[] for _ in images]
         if not images:
-            return []
-        sums: list[Tensor | None] = [None] * len(images)
+            return per_image
         for predictor in self.predictors:
             logits = predictor.batch_logits(images, functools.partial(self._logits, predictor))
-            for i, (image, item) in enumerate(zip(images, logits, strict=True)):
-                prob = restore_logits(item, image.shape[:2], predictor.eval_size).softmax(dim=0)
-                sums[i] = prob if sums[i] is None else sums[i] + prob
-        return [s / len(self.predictors) for s in sums]  # type: ignore[operator]
+            for restorers, image, item in zip(per_image, images, logits, strict=True):
+                restorers.append(LogitRestorer(item, image.shape[:2], predictor.eval_size))
+        return per_image
+
+    @staticmethod
+    def _band_probabilities(restorers: list[LogitRestorer], start: int, stop: int) -> Tensor:
+        """(K, H, stop - start): the softmax of each scale's logits there, averaged."""
+        total = restorers[0].columns(start, stop).softmax(dim=0)
+        for restorer in restorers[1:]:
+            total += restorer.columns(start, stop).softmax(dim=0)
+        return total / len(restorers)
+
+    @torch.inference_mode()
+    def __call__(self, images: Sequence[np.ndarray]) -> list[Tensor]:
+        """uint8 (H, W, 3) RGB images of any sizes -> (K, H, W) softmax probabilities on
+        ``self.device``. Holds K float32 maps of each image's full size: for large photos
+        :meth:`labels` needs a few bytes per pixel instead."""
+        out = []
+        for restorers in self._restorers(images):
+            full = restorers[0]
+            out.append(self._band_probabilities(restorers, 0, full.width))
+        return out
+
+    @torch.inference_mode()
+    def labels(self, images: Sequence[np.ndarray], max_values: int = BAND_VALUES) -> list[Tensor]:
+        """uint8 (H, W, 3) RGB images -> uint8 (H, W) class maps (the argmax of
+        :meth:`__call__`'s probabilities), on the CPU, computed band by band: the full-size
+        floats in memory at any time are ``max_values`` per scale, whatever the photo's size."""
+        out = []
+        for restorers in self._restorers(images):
+            first = restorers[0]
+            if first.num_classes > 255:  # uint8 labels, 255 being the ignore index
+                raise ValueError(f"labels() holds 255 classes at most, not {first.num_classes}")
+            label = torch.empty(first.height, first.width, dtype=torch.uint8)
+            for start, stop in first.bands(max_values):
+                band = self._band_probabilities(restorers, start, stop)
+                label[:, start:stop] = band.argmax(dim=0).to("cpu", torch.uint8)
+            out.append(label)
+        return out
 
 
 def scaled_size(eval_size: Sequence[int], scale: float) -> tuple[int, int]:

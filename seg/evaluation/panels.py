@@ -92,8 +92,16 @@ def four_panels(
 ) -> np.ndarray:
     """image | truth overlay | prediction overlay | error map, (H', 4 * W', 3).
 
-    ``text`` (e.g. the name and the scores) is written on the image panel.
+    ``text`` (e.g. the name and the scores) is written on the image panel. Images more than
+    twice ``max_height`` tall are drawn at twice ``max_height`` (the image by area, the masks
+    by nearest neighbour), then shrunk: a 12000 x 12000 photo never makes full-size panels.
     """
+    h, w = image.shape[:2]
+    if max_height > 0 and h > 2 * max_height:
+        size = (max(1, round(w * 2 * max_height / h)), 2 * max_height)
+        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+        truth = cv2.resize(truth, size, interpolation=cv2.INTER_NEAREST)
+        pred = cv2.resize(pred.astype(np.uint8), size, interpolation=cv2.INTER_NEAREST) > 0
     first = caption(image, text) if text else image
     panels = [
         first,

@@ -82,11 +82,12 @@ def score_items(
     for batch in raw_loader(items, policy, cfg.batch_size, cfg.num_workers) if items else []:
         skipped += [s["bad"] for s in batch if "bad" in s]
         good = [s for s in batch if "bad" not in s]
-        for sample, prob in zip(good, predictor([s["image"] for s in good]), strict=True):
+        labels = predictor.labels([s.pop("image") for s in good])  # the photos are done with
+        for sample, label in zip(good, labels, strict=True):
             item = by_index[sample["index"]]
-            truth = torch.from_numpy(sample["mask"]).to(prob.device)
+            truth = torch.from_numpy(sample.pop("mask"))
             one = SegMetrics(num_classes)
-            one.update(prob.argmax(0)[None], truth[None])
+            one.update(label[None], truth[None])
             row = image_row(item.name, item.source, truth.shape, one)
             rows.append({"index": item.index, **row})
             _add_(totals[item.source], one)
@@ -133,7 +134,7 @@ def write_gallery(
     for rank, row in enumerate(worst_rows(rows, cfg.worst), start=1):
         item = items[row["index"]]
         image, truth = item.dataset.load_raw(item.position)
-        pred = (predictor([image])[0].argmax(0) == 1).cpu().numpy()
+        pred = (predictor.labels([image])[0] == 1).numpy()
         text = f"{item.source}/{item.name}  IoU {_fmt(row['iou'])}  acc {_fmt(row['pixel_acc'])}"
         panels = four_panels(image, truth, pred, text, cfg.worst_height)
         path = folder / gallery_name(rank, cfg.worst, item.source, item.name)

@@ -10,7 +10,7 @@ gives smooth, sub-pixel contours.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,8 @@ from seg.data.transforms import build_eval_transform, check_aug_config, eval_con
 from seg.models.devices import resolve_devices
 
 PERSON = 1  # class index of "person" in the logits (0 is background)
+# Values (classes x rows x width) of full-size logits worked on at once: 16 M floats, 64 MB.
+BAND_VALUES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -64,18 +66,53 @@ def inference_devices(
     return resolve_devices(names, n_columns)
 
 
-def restore_logits(logits: Tensor, image_hw: Sequence[int], eval_size: Sequence[int]) -> Tensor:
-    """Undo the eval preset: (K, h, w) logits -> (K, H, W) at the image's size.
+class LogitRestorer:
+    """Undo the eval preset for one image, a band of columns at a time: (K, h, w) logits ->
+    columns of its (K, H, W) logits, without ever holding all H x W of them.
 
     Crops the padding (bottom/right, of any amount: the canvas, a batch's) off, keeping
-    ``[:h', :w']`` with ``(h', w') = eval_content_size(image_hw, eval_size)``, then resizes
-    bilinearly to ``image_hw``.
+    ``[:h', :w']`` with ``(h', w') = eval_content_size(image_hw, eval_size)``, and resizes
+    bilinearly (``align_corners=False``) to ``image_hw`` in two separable passes of
+    ``F.interpolate``: the width once, for all h' rows (small: h' is the network's size), then
+    the height per band of columns. A pass that keeps a side leaves it exact, and the height's
+    weights do not depend on the columns, so the bands put together equal one ``F.interpolate``
+    of the whole map to float rounding. Full-size work per band is ``K x H x columns`` floats:
+    a 12000 x 12000 photo is scored in bands of tens of MB.
     """
-    h, w = eval_content_size(image_hw, eval_size)
-    content = logits[None, :, :h, :w]
-    if (h, w) == tuple(image_hw):
-        return content[0]
-    return F.interpolate(content, size=tuple(image_hw), mode="bilinear", align_corners=False)[0]
+
+    def __init__(self, logits: Tensor, image_hw: Sequence[int], eval_size: Sequence[int]) -> None:
+        h, w = eval_content_size(image_hw, eval_size)
+        self.height, self.width = int(image_hw[0]), int(image_hw[1])
+        content = logits[None, :, :h, :w]
+        self.wide = content if w == self.width else _resize(content, (h, self.width))
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.wide.shape[1])
+
+    def columns(self, start: int, stop: int) -> Tensor:
+        """Columns ``[start, stop)`` of the restored logits: (K, H, stop - start)."""
+        band = self.wide[..., start:stop]
+        if band.shape[-2] == self.height:
+            return band[0]
+        return _resize(band, (self.height, band.shape[-1]))[0]
+
+    def bands(self, max_values: int = BAND_VALUES) -> Iterator[tuple[int, int]]:
+        """``(start, stop)`` column ranges of at most ``max_values`` restored values each."""
+        step = max(1, max_values // (self.num_classes * self.height))
+        for start in range(0, self.width, step):
+            yield start, min(start + step, self.width)
+
+
+def _resize(x: Tensor, size: tuple[int, int]) -> Tensor:
+    return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+def restore_logits(logits: Tensor, image_hw: Sequence[int], eval_size: Sequence[int]) -> Tensor:
+    """Undo the eval preset: (K, h, w) logits -> (K, H, W) at the image's size, in one piece
+    (:class:`LogitRestorer` does it band by band)."""
+    restorer = LogitRestorer(logits, image_hw, eval_size)
+    return restorer.columns(0, restorer.width)
 
 
 class Predictor:
@@ -123,26 +160,34 @@ class Predictor:
         batch, _ = pad_batch(tensors)  # the padding never reaches the model
         return run_by_size(logits_fn, batch, [t.shape[-2:] for t in tensors])
 
-    @torch.inference_mode()
     def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
+        return list(self.predictions(images))
+
+    def predictions(self, images: Sequence[np.ndarray]) -> Iterator[Prediction]:
+        """Each image's :class:`Prediction`, in order, made at full size only when it is
+        asked for: one batch through the network, then one image's full-size maps at a time
+        (what a caller that writes each result before the next needs)."""
         if not images:
-            return []
-        logits = self.batch_logits(images, self.logits)
-        results = []
+            return
+        with torch.inference_mode():
+            logits = self.batch_logits(images, self.logits)
         for image, item in zip(images, logits, strict=True):
-            if item.shape[0] == 2:
-                # Two classes: softmax = sigmoid of the logit difference, and resizing is linear,
-                # so one full-size map serves both outputs (1/4 of the memory of two resized
-                # logit maps, their softmax and an int64 argmax: 12000 x 12000 photos fit).
-                diff = restore_logits(item[1:] - item[:1], image.shape[:2], self.eval_size)[0]
-                mask = diff > 0  # argmax == PERSON (a tie goes to background, as argmax's)
-                prob = diff.sigmoid_()
-            else:
-                full = restore_logits(item, image.shape[:2], self.eval_size)
-                prob = full.softmax(dim=0)[PERSON]
-                mask = full.argmax(dim=0) == PERSON
-            results.append(Prediction(mask=mask.cpu().numpy(), prob=prob.cpu().numpy()))
-        return results
+            with torch.inference_mode():
+                yield self._full_size(item, image.shape[:2])
+
+    def _full_size(self, item: Tensor, image_hw: tuple[int, ...]) -> Prediction:
+        if item.shape[0] == 2:
+            # Two classes: softmax = sigmoid of the logit difference, and resizing is linear,
+            # so one full-size map serves both outputs (1/4 of the memory of two resized
+            # logit maps, their softmax and an int64 argmax: 12000 x 12000 photos fit).
+            diff = restore_logits(item[1:] - item[:1], image_hw, self.eval_size)[0]
+            mask = diff > 0  # argmax == PERSON (a tie goes to background, as argmax's)
+            prob = diff.sigmoid_()
+        else:
+            full = restore_logits(item, image_hw, self.eval_size)
+            prob = full.softmax(dim=0)[PERSON]
+            mask = full.argmax(dim=0) == PERSON
+        return Prediction(mask=mask.cpu().numpy(), prob=prob.cpu().numpy())
 
 
 def build_predictor(

@@ -17,7 +17,8 @@ from torch import nn
 from tqdm import tqdm
 
 from seg.config import BadSamplePolicy, Config
-from seg.data.io import BadSampleError, read_image
+from seg.data.batching import pixel_batches
+from seg.data.io import BadSampleError, header_pixels, read_image
 from seg.inference.config import TTA, OutputKind, PredictConfig, check_predict_config
 from seg.inference.media import (
     UnreadableVideo,
@@ -50,24 +51,23 @@ class OutputSpec:
 def _read_batches(
     paths: list[Path], batch_size: int, policy: BadSamplePolicy, skipped: list[str]
 ) -> Iterator[tuple[list[Path], list[np.ndarray]]]:
-    """(paths, RGB images) in batches; unreadable files raise, or are logged and skipped."""
-    batch: tuple[list[Path], list[np.ndarray]] = ([], [])
-    for path in paths:
-        try:
-            image = read_image(path)
-        except BadSampleError as err:
-            if policy is not BadSamplePolicy.skip:
-                raise
-            log.warning("skipped %s", err)
-            skipped.append(str(path))
-            continue
-        batch[0].append(path)
-        batch[1].append(image)
-        if len(batch[0]) == batch_size:
+    """(paths, RGB images) in batches of at most ``batch_size`` images and ``MAX_BATCH_PIXELS``
+    pixels (sizes from the headers); unreadable files raise, or are logged and skipped."""
+    for indices in pixel_batches([header_pixels(p) for p in paths], batch_size):
+        batch: tuple[list[Path], list[np.ndarray]] = ([], [])
+        for path in (paths[i] for i in indices):
+            try:
+                image = read_image(path)
+            except BadSampleError as err:
+                if policy is not BadSamplePolicy.skip:
+                    raise
+                log.warning("skipped %s", err)
+                skipped.append(str(path))
+                continue
+            batch[0].append(path)
+            batch[1].append(image)
+        if batch[0]:
             yield batch
-            batch = ([], [])
-    if batch[0]:
-        yield batch
 
 
 def predict_images(
@@ -88,7 +88,8 @@ def predict_images(
     done = 0
     with tqdm(total=len(paths), unit="img", desc="images", disable=not progress) as bar:
         for batch_paths, images in _read_batches(paths, batch_size, on_bad_input, skipped):
-            for path, image, pred in zip(batch_paths, images, predictor(images), strict=True):
+            preds = predictor.predictions(images)  # one full-size prediction at a time
+            for path, image, pred in zip(batch_paths, images, preds, strict=True):
                 for kind in spec.kinds:
                     out = render(kind, image, pred, spec.options)
                     written.append(

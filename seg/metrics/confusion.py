@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 BINARY_CLASS_NAMES = ("background", "person")
+CHUNK = 1 << 22  # pixels counted at once by confusion_matrix
 
 
 def class_names_for(num_classes: int) -> tuple[str, ...]:
@@ -30,13 +31,12 @@ def class_names_for(num_classes: int) -> tuple[str, ...]:
     return tuple(f"class{i}" for i in range(num_classes))
 
 
-def _check_labels(x: Tensor, name: str) -> Tensor:
+def _check_labels(x: Tensor, name: str) -> None:
     if x.dtype.is_floating_point or x.dtype.is_complex:
         raise TypeError(
             f"{name} must hold integer class indices (or bool), got dtype {x.dtype}; "
             "take argmax over the logits first"
         )
-    return x.long()
 
 
 def confusion_matrix(
@@ -68,9 +68,22 @@ def confusion_matrix(
         raise ValueError(
             f"pred and target shapes differ: {tuple(pred.shape)} vs {tuple(target.shape)}"
         )
-    pred, target = _check_labels(pred, "pred"), _check_labels(target, "target")
-    keep = target != ignore_index
-    t, p = target[keep], pred[keep]
+    _check_labels(pred, "pred")
+    _check_labels(target, "target")
+    pred, target = pred.reshape(-1), target.reshape(-1)
+    counts = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=pred.device)
+    # In chunks: the int64 temporaries of a 12000 x 12000 mask would take several GB at once.
+    for start in range(0, pred.numel(), CHUNK):
+        p, t = pred[start : start + CHUNK].long(), target[start : start + CHUNK].long()
+        keep = t != ignore_index
+        t, p = t[keep], p[keep]
+        _check_values(t, p, num_classes, ignore_index)
+        counts += torch.bincount(t * num_classes + p, minlength=num_classes * num_classes)
+    return counts.reshape(num_classes, num_classes)
+
+
+def _check_values(t: Tensor, p: Tensor, num_classes: int, ignore_index: int) -> None:
+    """Labelled truth ``t`` and prediction ``p`` (int64) must hold classes in [0, C)."""
     bad_t = (t < 0) | (t >= num_classes)
     bad_p = (p < 0) | (p >= num_classes)
     # One host sync on the normal path; the slow search for the culprit only runs on error.
@@ -86,8 +99,6 @@ def confusion_matrix(
             f"pred holds the value {value} on a labelled pixel, expected class indices "
             f"in [0, {num_classes})"
         )
-    counts = torch.bincount(t * num_classes + p, minlength=num_classes * num_classes)
-    return counts.reshape(num_classes, num_classes)
 
 
 def _nan_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:

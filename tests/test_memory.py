@@ -1,0 +1,148 @@
+"""Bounded memory per image: evaluation and prediction of a large photo, and the band-by-band
+restoring to full size that makes it possible, against the one-piece computation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from training_utils import REPO, make_folder_subset, subprocess_env, tiny_overrides
+
+from seg.config import compose_config
+from seg.data import pixel_batches
+from seg.data.io import read_image
+from seg.data.transforms import eval_content_size
+from seg.engine.checkpoint import load_model_from_checkpoint
+from seg.engine.train import train
+from seg.evaluation.inference import build_probability_predictor
+from seg.inference.predictor import LogitRestorer
+from seg.inference.render import cutout, overlay
+
+# Peak memory above the warm process, bytes per pixel of a 4000 x 3000 photo (measured with the
+# tiny test model; figures of this change: evaluation 19.7, prediction 14.9). Before it:
+# evaluation 67 (full-size float probabilities, int64 labels, a distance transform, full-size
+# gallery panels), prediction 31 (a batch of full-size predictions, float blends).
+EVALUATE_BYTES_PER_PIXEL = 35
+PREDICT_BYTES_PER_PIXEL = 22
+
+
+@pytest.fixture(scope="module")
+def checkpoint(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """last.pt of a real 2-step run (single-column net, vikram pairs)."""
+    root = tmp_path_factory.mktemp("run")
+    data = make_folder_subset(shared_datasets, root / "data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SEG_DATA_DIR", raising=False)
+        train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
+    return root / "run" / "checkpoints" / "last.pt"
+
+
+@pytest.fixture(scope="module")
+def large_photo(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real vikram photo and its mask enlarged to 4000 x 3000, as a ``data=folder`` root."""
+    root = tmp_path_factory.mktemp("large")
+    (root / "images").mkdir()
+    (root / "masks").mkdir()
+    src = shared_datasets / "vikram_human_seg"
+    image = cv2.imread(str(src / "Training_Images" / "1.jpg"))
+    mask = cv2.imread(str(src / "Ground_Truth" / "1.png"), cv2.IMREAD_GRAYSCALE)
+    size = (4000, 3000)
+    image = cv2.resize(image, size, interpolation=cv2.INTER_CUBIC)
+    mask = cv2.resize(mask, size, interpolation=cv2.INTER_NEAREST)
+    assert cv2.imwrite(str(root / "images" / "big.jpg"), image)
+    assert cv2.imwrite(str(root / "masks" / "big.png"), mask)
+    return root
+
+
+def peak_bytes_per_pixel(checkpoint: Path, root: Path, kind: str, out: Path) -> float:
+    args = [sys.executable, str(REPO / "tests" / "peak_memory.py")]
+    args += [str(checkpoint), str(root), kind, str(out)]
+    done = subprocess.run(args, capture_output=True, text=True, env=subprocess_env(), check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("kind", "limit"),
+    [("evaluate", EVALUATE_BYTES_PER_PIXEL), ("predict", PREDICT_BYTES_PER_PIXEL)],
+)
+def test_a_large_photo_costs_a_few_bytes_per_pixel(
+    checkpoint: Path, large_photo: Path, tmp_path: Path, kind: str, limit: float
+) -> None:
+    used = peak_bytes_per_pixel(checkpoint, large_photo, kind, tmp_path / "out")
+    assert 0 < used < limit, f"{kind}: {used:.1f} bytes per pixel (limit {limit})"
+
+
+def test_bands_of_columns_equal_one_interpolation() -> None:
+    """Restoring band by band gives F.interpolate's logits of the whole map: bit for bit when
+    upsampling (the network's output is smaller than the photo), to rounding otherwise."""
+    torch.manual_seed(0)
+    cases = [
+        ((64, 48), (825, 550)),
+        ((48, 64), (183, 276)),
+        ((20, 15), (1000, 999)),
+        ((9, 7), (5, 3)),
+    ]
+    for (h, w), (big_h, big_w) in cases:
+        eval_size = (max(h, w), min(h, w))
+        logits = torch.randn(2, h + 3, w + 5) * 4  # padded canvas: the crop is the restorer's
+        restorer = LogitRestorer(logits, (big_h, big_w), eval_size)
+        assert restorer.wide.shape[-1] == big_w
+        bands = list(restorer.bands(max_values=2 * big_h * 7))
+        assert len(bands) == -(-big_w // 7) and bands[-1][1] == big_w
+        pieces = torch.cat([restorer.columns(a, b) for a, b in bands], dim=2)
+        ch, cw = eval_content_size((big_h, big_w), eval_size)
+        whole = F.interpolate(
+            logits[None, :, :ch, :cw], size=(big_h, big_w), mode="bilinear", align_corners=False
+        )[0]
+        if big_h >= ch and big_w >= cw:
+            assert torch.equal(pieces, whole)
+        torch.testing.assert_close(pieces, whole, rtol=0, atol=1e-5)
+
+
+def test_labels_made_in_bands_are_the_argmax_of_the_probabilities(
+    shared_datasets: Path, checkpoint: Path
+) -> None:
+    """With every test-time option, the class map that evaluation scores equals the argmax of
+    the full-size probabilities, however narrow its bands."""
+    model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
+    names = ("1.jpg", "3.jpg", "56.jpg")
+    photos = [read_image(shared_datasets / "vikram_human_seg/Training_Images" / n) for n in names]
+    options = [{}, {"flip": True, "scales": [0.75, 1.25]}, {"window": [48, 40], "stride": [24, 20]}]
+    for kwargs in options:
+        predictor = build_probability_predictor(model, cfg, "cpu", **kwargs)
+        probs = predictor(photos)
+        for max_values in (1 << 24, 2 * 300 * 5):  # one band; bands of a few columns
+            labels = predictor.labels(photos, max_values=max_values)
+            for photo, prob, label in zip(photos, probs, labels, strict=True):
+                assert label.dtype == torch.uint8 and label.shape == photo.shape[:2]
+                assert torch.equal(label, prob.argmax(0).to(torch.uint8)), kwargs
+    assert predictor.labels([]) == []
+
+
+def test_renderers_in_bands_equal_the_one_piece_formula() -> None:
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (301, 257, 3), dtype=np.uint8)
+    mask = np.zeros((301, 257), np.uint8)
+    mask = cv2.ellipse(mask, (120, 150), (80, 120), 0, 0, 360, 1, -1) > 0
+    alpha = rng.random((301, 257)).astype(np.float32)
+    rgba = cutout(image, alpha)
+    assert np.array_equal(rgba[..., :3], image)
+    assert np.array_equal(rgba[..., 3], np.clip(np.rint(alpha * 255), 0, 255).astype(np.uint8))
+    tinted = overlay(image, mask, (255, 0, 255), 0.45)
+    expected = np.rint(0.55 * image.astype(np.float32) + 0.45 * np.float32([255, 0, 255]))
+    inside = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0  # off the outline
+    assert np.array_equal(tinted[inside], np.clip(expected, 0, 255).astype(np.uint8)[inside])
+    assert np.array_equal(tinted[~mask], image[~mask])
+
+
+def test_pixel_batches_bound_the_pixels_of_a_batch() -> None:
+    assert pixel_batches([1, 1, 1, 1, 1], 2, 100) == [[0, 1], [2, 3], [4]]
+    assert pixel_batches([60, 50, 10, 200, 5], 8, 100) == [[0], [1, 2], [3], [4]]
+    assert pixel_batches([], 4, 100) == []
