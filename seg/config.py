@@ -92,6 +92,11 @@ class AugConfig:
     # H, W of training samples; portrait-shaped like the data (eg_portrait is 800x600, ccp ~830x550)
     crop_size: list[int] = field(default_factory=lambda: [256, 192])
     eval_size: list[int] = field(default_factory=lambda: [256, 192])  # H, W fed to the model
+    # Long side each training photo is resized to before the affine step and the crop; null =
+    # max(crop_size): a crop holds the whole photo. Larger (e.g. max(eval_size)): crops of a
+    # sharper photo, at the scale evaluation sees, for the cost of crop_size (mmseg's
+    # resize-then-crop).
+    train_size: int | None = None
     # The case study's four augmentations.
     shift: float = 0.1  # max translation, fraction of the side
     scale: list[float] = field(default_factory=lambda: [0.75, 1.25])

@@ -6,6 +6,7 @@ import dataclasses
 import re
 
 import albumentations as A
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -17,6 +18,7 @@ from seg.data.loader import seed_worker
 from seg.data.transforms import (
     build_eval_transform,
     build_train_transform,
+    check_aug_config,
     denormalize,
     eval_content_size,
     eval_pad_value,
@@ -357,3 +359,25 @@ def test_real_samples(source: str, data_env) -> None:
         rgb, out_mask = _run(build_train_transform(aug, seed=i), image, mask, aug)
         _assert_aligned(rgb, out_mask, fill=255)
         assert (out_mask == 1).any(), f"{source} sample {i}: no person left after augmentation"
+
+
+def test_train_size_crops_a_sharper_photo_at_the_scale_it_names() -> None:
+    """``aug.train_size`` resizes the long side before the crop: with 2x the crop's long side,
+    a crop is a window of the photo at that size (not the whole photo shrunk into the crop);
+    unset, the crop holds the whole photo, as before."""
+    image, mask = _blocks(180, 240)  # 6x6-pixel blocks, nearest interpolation: exact windows
+    for train_size, seed in ((None, 0), (192, 1), (192, 2)):
+        cfg = _aug(crop_size=[72, 96], train_size=train_size, **NO_AUG)
+        rgb, out_mask = _run(build_train_transform(cfg, seed=seed), image, mask, cfg)
+        size = train_size or 96
+        resized = cv2.resize(image, (size, size * 3 // 4), interpolation=cv2.INTER_NEAREST)
+        windows = [
+            (y, x)
+            for y in range(resized.shape[0] - 72 + 1)
+            for x in range(resized.shape[1] - 96 + 1)
+            if np.array_equal(resized[y : y + 72, x : x + 96], rgb)
+        ]
+        assert windows, f"train_size={train_size}: the crop is no window of the resized photo"
+        _assert_aligned(rgb, out_mask, fill=0)
+    with pytest.raises(ValueError, match=r"aug\.train_size"):
+        check_aug_config(_aug(train_size=4))

@@ -79,6 +79,13 @@ def _range(cfg: AugConfig, key: str, lo: float, hi: float, integer: bool = False
     return (items[0], items[1]) if integer else (float(items[0]), float(items[1]))
 
 
+def _train_size(cfg: AugConfig) -> int:
+    crop = _size(cfg, "crop_size")
+    if cfg.train_size is None:
+        return max(crop)
+    return _count(cfg, "train_size", 16, 8192)
+
+
 def _interpolation(cfg: AugConfig) -> int:
     name = getattr(cfg.interpolation, "value", cfg.interpolation)
     if name not in _INTERPOLATIONS:
@@ -111,6 +118,7 @@ class AugParams:
 
     crop_size: tuple[int, int]
     eval_size: tuple[int, int]
+    train_size: int  # long side before the affine step (max(crop_size) when not set)
     shift: float
     scale: tuple[float, float]
     rotate: float
@@ -156,6 +164,7 @@ def check_aug_config(cfg: AugConfig) -> AugParams:
     return AugParams(
         crop_size=_size(cfg, "crop_size"),
         eval_size=_size(cfg, "eval_size"),
+        train_size=_train_size(cfg),
         shift=_number(cfg, "shift", 0.0, 1.0),
         scale=(lo, hi),
         rotate=_number(cfg, "rotate", 0.0, 180.0),

@@ -64,7 +64,8 @@ def build_train_transform(
 
     With ``cfg.paste_p > 0`` a ``PastePeople`` step first pastes people from ``pool`` (the
     training dataset: ``build_train_dataset`` passes it) onto the full-resolution photo. The
-    longest side is resized to ``max(cfg.crop_size)``; one ``Affine`` does the case study's
+    longest side is resized to ``cfg.train_size`` (default ``max(cfg.crop_size)``: a crop holds
+    the whole photo); one ``Affine`` does the case study's
     shift (up to ``cfg.shift`` of each side, x and y drawn independently), isotropic scale
     (``cfg.scale``) and rotation (up to ``±cfg.rotate`` degrees) with probability
     ``cfg.affine_p``; then ``HorizontalFlip(p=cfg.hflip)``, centre padding and a random crop to
@@ -89,7 +90,7 @@ def build_train_transform(
     transforms = [
         *paste,
         A.LongestMaxSize(
-            max_size=max(crop_h, crop_w),
+            max_size=p.train_size,
             interpolation=p.interpolation,
             mask_interpolation=cv2.INTER_NEAREST,
         ),
