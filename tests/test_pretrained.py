@@ -209,7 +209,8 @@ def test_exchange_into_the_backbone_starts_at_zero() -> None:
     x = torch.randn(1, 3, 128, 128)
     with torch.no_grad():
         features = model.encode(x)[1]
-        alone = [x := nn.functional.avg_pool2d(x, 2)]
+        factor = round(1 / model.specs[1].input_scale)  # the column's own input scale
+        alone = [nn.functional.avg_pool2d(x, factor) if factor > 1 else x]
         for i in range(5):
             alone.append(column.stage(i, alone[-1]))
     for a, b in zip(features, alone[1:], strict=True):
