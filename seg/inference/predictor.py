@@ -172,8 +172,9 @@ class Predictor:
         with torch.inference_mode():
             logits = self.batch_logits(images, self.logits)
         for image, item in zip(images, logits, strict=True):
-            with torch.inference_mode():
-                yield self._full_size(item, image.shape[:2])
+            with torch.inference_mode():  # left before the yield: the caller's code is its own
+                prediction = self._full_size(item, image.shape[:2])
+            yield prediction
 
     def _full_size(self, item: Tensor, image_hw: tuple[int, ...]) -> Prediction:
         if item.shape[0] == 2:
