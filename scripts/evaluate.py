@@ -8,7 +8,7 @@
     python scripts/evaluate.py checkpoint=best.pt data=folder data.root=/big split=all \
         eval_size=[1024,768] slide.window=[256,192] slide.stride=[128,96]
 
-Options are Hydra overrides of ``seg.evaluation.config.EvalConfig`` (configs/evaluate.yaml);
+Options are Hydra overrides of ``seg.config.EvalConfig`` (configs/evaluate.yaml);
 ``data=NAME`` is any dataset config of configs/data/ (default: the checkpoint's). Writes
 ``metrics.json``, ``per_image.csv``, ``report.txt`` and ``worst/`` into ``out=DIR`` (default
 ``<run_dir>/eval/<data>_<split>/``) and prints a table per source with the line
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
 
 
 def _evaluate(argv: list[str]) -> int:
-    from seg.evaluation.config import compose_eval_config
+    from seg.config import compose_eval_config
     from seg.evaluation.run import run_evaluation
 
     result = run_evaluation(compose_eval_config(argv))

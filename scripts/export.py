@@ -4,7 +4,7 @@
     python scripts/export.py checkpoint=best.pt out=model.onnx images=photos/ opset=18
     python scripts/export.py checkpoint=best.pt out=model.onnx verify=false
 
-Options are Hydra-style key=value overrides of ``seg.export.ExportConfig``: checkpoint
+Options are Hydra-style key=value overrides of ``seg.config.ExportConfig``: checkpoint
 (required), out, opset (default: the exporter's), verify (default true), images (an image or a
 folder to verify on; default: seeded random images), max_images, sizes (verification (H, W)
 pairs), batch_sizes, tolerance (max |logit difference|, default 1e-3), min_agreement (mask
@@ -20,10 +20,10 @@ import json
 import logging
 import sys
 
+from seg.checkpoint import load_model_from_checkpoint
 from seg.cli import run_script
-from seg.engine.checkpoint import load_model_from_checkpoint
-from seg.export import ExportConfig, ExportMismatchError, run_export
-from seg.inference.config import compose_options
+from seg.config import ExportConfig, compose_options
+from seg.export import ExportMismatchError, run_export
 
 log = logging.getLogger("export")
 

@@ -4,9 +4,9 @@
     python scripts/predict.py checkpoint=best.pt input=photos/ out=preds outputs=[mask,cutout]
     python scripts/predict.py checkpoint=best.pt input=clip.mp4 outputs=[blur] batch_size=16
     python scripts/predict.py checkpoint=best.pt input=me.jpg outputs=[replace] \
-        background=beach.jpg alpha=soft tta=flip device=cuda:1
+        background=beach.jpg alpha=soft tta=[flip] device=cuda:1
 
-Options are Hydra-style key=value overrides of ``seg.inference.config.PredictConfig`` (an
+Options are Hydra-style key=value overrides of ``seg.config.PredictConfig`` (an
 unknown key or a bad value fails at start, naming it):
   checkpoint  a checkpoint written by training (required)
   input       an image, a folder (its images and videos, not recursive) or a video (required)
@@ -18,7 +18,7 @@ unknown key or a bad value fails at start, naming it):
   background  replace: an image file or a colour (green, white, '#RRGGBB', 'R,G,B')
   device      auto (cuda, else mps, else cpu) | cpu | cuda[:N] | mps; column_devices=[cuda:0,
               cuda:1] splits a multi-column model over GPUs
-  batch_size, tta (none | flip),
+  batch_size, tta ([] | [flip]),
   blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error | skip),
   progress
 Prediction runs at each image's own resolution (see seg/inference/predictor.py). Outputs are
@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import sys
 
+from seg.checkpoint import load_model_from_checkpoint
 from seg.cli import run_script
-from seg.engine.checkpoint import load_model_from_checkpoint
-from seg.inference import compose_predict_config, run_predict
+from seg.config import compose_predict_config
+from seg.inference import run_predict
 
 log = logging.getLogger("predict")
 

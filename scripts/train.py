@@ -15,9 +15,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from seg.checkpoint import CheckpointError
 from seg.config import register_configs
 from seg.data.download import DatasetNotFoundError, DownloadError
-from seg.engine.checkpoint import CheckpointError
 from seg.engine.launch import hydra_overrides
 from seg.engine.run_dir import RunDirError
 from seg.engine.train import train

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seg.config import TARGET_PIXEL_ACC, to_config
 from seg.evaluation.report import CSV_COLUMNS
 
 try:
@@ -29,7 +30,6 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         f"seg.analysis needs pandas and matplotlib ({err}); pip install -e '.[analysis]'"
     ) from err
 
-TARGET_PIXEL_ACC = 0.88
 # The header of an evaluation's per_image.csv, as scripts/evaluate.py writes it.
 PER_IMAGE_COLUMNS = CSV_COLUMNS
 # Multi-column nets named by their number of columns, as in configs/exp/.
@@ -155,14 +155,12 @@ def model_summary(run: Run, compute: bool = True) -> dict[str, Any] | None:
                 return value
     if not compute:
         return None
-    from seg.engine.run_dir import to_config
-    from seg.models import build_model, num_columns, summarize_model
+    from seg.models import build_model, summarize_model  # torch only when asked
 
     cfg = to_config(run.config)
-    cfg.model.devices = ["cpu"] * num_columns(cfg.model)
-    cfg.model.pretrained = False  # counting needs no weights (and no download)
     height, width = cfg.aug.eval_size
-    return summarize_model(build_model(cfg.model), (1, 3, height, width))
+    model = build_model(cfg.model, pretrained=False)  # counting needs no weights (no download)
+    return summarize_model(model, (1, 3, height, width))
 
 
 def sources(final: dict[str, Any]) -> list[str]:

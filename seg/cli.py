@@ -9,7 +9,7 @@ from collections.abc import Callable
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from seg.engine.checkpoint import CheckpointError
+from seg.checkpoint import CheckpointError
 
 USER_ERRORS = (HydraException, OmegaConfBaseException, CheckpointError, OSError, ValueError)
 

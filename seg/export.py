@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import MISSING
 from torch import Tensor, nn
 
-from seg.config import AugConfig, Config
+from seg.config import AugConfig, Config, ExportConfig
 from seg.data.batching import pad_batch
 from seg.data.io import read_image
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_pad_value
+from seg.fileio import atomic_path
 
 INPUT_NAME, OUTPUT_NAME = "image", "logits"
 AXES = ("batch", "height", "width")  # names of the dynamic axes 0, 2 and 3 in the ONNX file
@@ -97,13 +97,8 @@ def export_onnx(
     shape = program.model.graph.inputs[0].shape
     program.rename_axes({shape[i]: name for i, name in zip((0, 2, 3), AXES, strict=True)})
     program.model.metadata_props.update(metadata or {})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.onnx")
-    try:
+    with atomic_path(path) as tmp:
         program.save(tmp, external_data=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -196,25 +191,6 @@ def image_batches(
 def read_images(paths: Sequence[Path]) -> list[np.ndarray]:
     """uint8 RGB images; an unreadable one raises ``BadSampleError`` naming it."""
     return [read_image(Path(p)) for p in paths]
-
-
-@dataclass
-class ExportConfig:
-    """Options of ``scripts/export.py`` (Hydra-style overrides)."""
-
-    checkpoint: str = MISSING
-    out: str = "model.onnx"
-    opset: int | None = None  # None: the exporter's default (20 with torch 2.14)
-    verify: bool = True  # compare with PyTorch in ONNX Runtime after exporting
-    # Images to verify on: an image or a folder of them. None: seeded random images (a check
-    # of the graph only: pass real photos to check the masks).
-    images: str | None = None
-    max_images: int = 8
-    # (H, W) of the verification batches; None: the eval size and an odd size 1.25x larger
-    sizes: list[list[int]] | None = None
-    batch_sizes: list[int] = field(default_factory=lambda: [1, 3])
-    tolerance: float = 1e-3  # largest acceptable |logit difference| (fp32)
-    min_agreement: float = 0.999  # smallest acceptable fraction of agreeing mask pixels
 
 
 def _verification_images(cfg: ExportConfig) -> list[np.ndarray]:

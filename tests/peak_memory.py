@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 
 from seg.benchmark.models import peak_rss, reset_peak_rss
+from seg.checkpoint import load_model_from_checkpoint
+from seg.config import compose_eval_config, compose_predict_config
 from seg.data.io import header_pixels
-from seg.engine.checkpoint import load_model_from_checkpoint
-from seg.evaluation.config import compose_eval_config
 from seg.evaluation.run import run_evaluation
-from seg.inference.config import compose_predict_config
 from seg.inference.run import run_predict
 
 

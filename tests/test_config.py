@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import re
+from enum import Enum
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from seg.config import CONFIG_DIR, BadSamplePolicy, DatasetName, MaskEncoding, compose_config
+from seg.config import (
+    CONFIG_DIR,
+    BadSamplePolicy,
+    Config,
+    DatasetName,
+    MaskEncoding,
+    compose_config,
+    config_to_dict,
+    to_config,
+)
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONFIG_DIR / "data").glob("*.yaml")))
@@ -40,3 +53,64 @@ def test_bad_values_fail_at_composition_naming_them(override: str, words: str) -
         compose_config([override])
     text = f"{info.value} {info.value.__cause__}"
     assert re.search(words, text, re.S), text
+
+
+# --- One source of truth per setting -------------------------------------------------------
+
+GROUPS = ("aug", "data", "logging", "loss", "model", "optim", "trainer")
+
+
+def restated_defaults(group: str, yaml: dict, schema: Any) -> list[str]:
+    """Keys of a group file whose value is the schema's default (``name`` names the option and
+    may stay). Lists of sub-configs (model columns) are compared as a whole."""
+    found = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key != "defaults":
+                    walk(value, f"{path}.{key}")
+            return
+        if path.endswith(".name"):
+            return
+        default = OmegaConf.select(schema, path)
+        default = OmegaConf.to_container(default) if OmegaConf.is_config(default) else default
+        default = default.value if isinstance(default, Enum) else default
+        if default == node:
+            found.append(path)
+
+    walk(yaml, group)
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p.relative_to(CONFIG_DIR) for g in GROUPS for p in (CONFIG_DIR / g).glob("*.yaml")),
+    ids=str,
+)
+def test_group_files_hold_only_what_differs_from_the_schema(path: Path) -> None:
+    schema = OmegaConf.structured(Config)
+    yaml = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / path)) or {}
+    restated = restated_defaults(path.parts[0], yaml, schema)
+    assert not restated, f"{path} restates the defaults of {restated}: delete them there"
+
+
+def test_a_restated_default_is_found() -> None:
+    schema = OmegaConf.structured(Config)
+    yaml = {"epochs": 30, "max_steps": 5, "name": "x"}
+    assert restated_defaults("trainer", yaml, schema) == ["trainer.epochs"]
+    model = {"name": "multicolumn", "num_classes": 2, "exchange_mode": "concat", "aux_heads": 1}
+    assert restated_defaults("model", model, schema) == ["model.num_classes", "model.exchange_mode"]
+
+
+def test_configs_of_older_checkpoints_still_load() -> None:
+    """Keys that left the configs (placement, fault injection) are dropped from a checkpoint's
+    stored config; any other unknown key is still an error naming it."""
+    stored = config_to_dict(compose_config(["+exp=dual_channel"]))
+    stored["model"]["devices"] = ["cuda:0", "cuda:1"]
+    stored["trainer"].update(fault_at_step=-1, fault_rank=0, fault_kind="exit")
+    cfg = to_config(stored)
+    assert cfg.model == compose_config(["+exp=dual_channel"]).model
+    stored["trainer"]["epocs"] = 3
+    with pytest.raises(ConfigKeyError, match="epocs"):
+        to_config(stored)

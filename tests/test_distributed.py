@@ -20,14 +20,15 @@ from training_utils import (
     torchrun,
 )
 
+from seg import distributed as du
+from seg.checkpoint import load_model_from_checkpoint
 from seg.config import compose_config
 from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
-from seg.engine import distributed as du
 from seg.engine import launch
-from seg.engine.checkpoint import load_model_from_checkpoint
 from seg.engine.data import build_val_loader
 from seg.engine.evaluate import evaluate
+from seg.engine.state import FAULT_ENV
 from seg.engine.train import train
 
 SCRIPT = str(REPO / "scripts" / "train.py")
@@ -46,10 +47,12 @@ def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     return make_folder_subset(shared_datasets, tmp_path / "data")
 
 
-def _run(cmd: list[str], cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
-    )
+def _run(
+    cmd: list[str], cwd: Path, timeout: int = 240, fault: str | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``cmd``; ``fault``: a ``SEG_TEST_FAULT`` crash for its workers (``STEP:RANK``)."""
+    env = subprocess_env() | ({FAULT_ENV: fault} if fault else {})
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"{cmd} failed:\n{out.stdout[-4000:]}\n{out.stderr[-6000:]}"
     return out
 
@@ -97,11 +100,10 @@ def test_two_gloo_processes_match_one_process(data_root: Path, tmp_path: Path, o
 def test_crash_recovery_under_torchrun(data_root: Path, tmp_path: Path) -> None:
     """Rank 1 dies at step 3 (after the step-2 checkpoint); torchrun restarts both workers,
     which resume from last.pt in the same run directory and finish."""
-    fault = ["trainer.fault_at_step=3", "trainer.fault_rank=1", "trainer.ckpt_every_steps=2"]
     steps = ["trainer.batch_size=1", "trainer.epochs=2", "trainer.max_steps=5"]  # 3 per epoch
-    overrides = [*tiny_overrides(data_root), *steps, *fault]
+    overrides = [*tiny_overrides(data_root), *steps, "trainer.ckpt_every_steps=2"]
     cmd = [*torchrun(), "--standalone", "--nproc_per_node=2", "--max-restarts=1", SCRIPT]
-    out = _run([*cmd, *overrides], cwd=tmp_path)
+    out = _run([*cmd, *overrides], cwd=tmp_path, fault="3:1")
     runs = [p.parent for p in tmp_path.glob("outputs/*/*/config.yaml")]
     assert len(runs) == 1, f"one run directory for all ranks and attempts, got {runs}"
     run = runs[0]
@@ -156,7 +158,7 @@ def test_slurm_tasks_become_torch_ranks(monkeypatch) -> None:
     }
     for key, value in slurm.items():
         monkeypatch.setenv(key, value)
-    assert du.export_slurm_environment()
+    du.export_slurm_environment()
     got = {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     assert got == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     assert os.environ["MASTER_ADDR"] == "gpu07"
@@ -167,10 +169,11 @@ def test_slurm_launcher_config_composes() -> None:
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")  # the optional [slurm] extra
     from hydra import compose, initialize_config_dir
 
-    from seg.config import register_configs
+    from seg.config import CONFIG_DIR, register_configs
 
     register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+    # compose_dict leaves Hydra's own node out; the launcher lives there.
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(
             "train", ["hydra/launcher=slurm", "+exp=dual_channel"], return_hydra_config=True
         )

@@ -29,20 +29,20 @@ from training_utils import (
     torchrun,
 )
 
-from seg.config import DataConfig, compose_config
+from seg.checkpoint import load_model_from_checkpoint
+from seg.config import DataConfig, compose_config, compose_eval_config
 from seg.data import SegDataset, list_source, pad_batch
 from seg.data.io import read_image, read_mask_array
 from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform, eval_pad_value
-from seg.engine.checkpoint import load_model_from_checkpoint
 from seg.engine.data import build_val_loader
 from seg.engine.evaluate import evaluate
 from seg.engine.train import train
-from seg.evaluation.config import compose_eval_config
 from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.report import CSV_COLUMNS, SUMMARY_KEYS, image_row, json_safe, write_csv
 from seg.evaluation.run import run_evaluation
 from seg.metrics import SegMetrics, per_image_stats
+from seg.models import SegmentationModel
 
 N_IMAGES = 3
 WORST = 2
@@ -192,11 +192,11 @@ def test_user_folder_equals_real_source_at_full_resolution(
         ), key
 
 
-class PixelModel(nn.Module):
+class PixelModel(SegmentationModel):
     """An oracle with a known symmetry: logits from a fixed convolution of the input."""
 
     def __init__(self, kernel: int = 1, symmetric: bool = True) -> None:
-        super().__init__()
+        super().__init__(channels_last=False)
         torch.manual_seed(0)
         self.conv = nn.Conv2d(3, 2, kernel, padding=kernel // 2)
         if symmetric:  # mirror-symmetric kernels make the model flip-equivariant

@@ -17,7 +17,7 @@ from seg.config import Config, compose_config
 from seg.data.batching import pad_batch
 from seg.data.io import read_image
 from seg.data.transforms import build_eval_transform, eval_pad_value
-from seg.models import build_model, num_columns
+from seg.models import build_model
 
 pytest.importorskip("onnxruntime", reason="export checks need onnxruntime")
 pytest.importorskip("onnxscript", reason="torch's dynamo ONNX exporter needs onnxscript")
@@ -46,9 +46,7 @@ TOLERANCE, MIN_AGREEMENT = 1e-3, 0.999  # fp32 on CPU
 
 
 def model_config(name: str) -> Config:
-    cfg = compose_config([f"model={name}"])
-    cfg.model.devices = ["cpu"] * num_columns(cfg.model)
-    return cfg
+    return compose_config([f"model={name}"])
 
 
 def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
@@ -79,13 +77,13 @@ def test_export_script_dual_channel_matches_pytorch_on_real_images(
 ):
     import onnx
 
-    from seg.engine.checkpoint import save_atomic
-    from seg.engine.run_dir import config_to_dict
+    from seg.checkpoint import save_checkpoint
+    from seg.config import config_to_dict
 
     cfg = model_config("dual_channel")
     model = calibrated_model(cfg, photos)
     ckpt, out, folder = tmp_path / "best.pt", tmp_path / "onnx" / "model.onnx", tmp_path / "img"
-    save_atomic({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
     folder.mkdir()
     for rel in PHOTOS:
         shutil.copy(data_env / rel, folder)

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from training_utils import REPO, make_folder_subset, subprocess_env, tiny_overrides
 
+from seg.checkpoint import load_model_from_checkpoint
 from seg.config import compose_config
 from seg.data import pixel_batches
 from seg.data.io import read_image
 from seg.data.transforms import eval_content_size
-from seg.engine.checkpoint import load_model_from_checkpoint
 from seg.engine.train import train
 from seg.evaluation.inference import build_probability_predictor
 from seg.inference.predictor import LogitRestorer

@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import urllib.error
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from seg.config import register_configs
+from seg.config import ModelConfig, ModelName, compose_dict
+from seg.devices import auto_device_indices, resolve_devices
 from seg.models import (
     MODELS,
     ColumnSpec,
-    ModelConfig,
-    ModelName,
     MultiColumnSegNet,
-    auto_device_indices,
     build_model,
-    num_columns,
-    resolve_devices,
     summarize_model,
 )
 
@@ -33,18 +29,9 @@ EXP_CONFIGS = sorted(p.stem for p in (CONFIGS / "exp").glob("*.yaml"))
 CPU = torch.device("cpu")
 
 
-def compose_train(overrides: list[str]):
-    """configs/train.yaml composed with Hydra's compose API (a DictConfig, as @hydra.main has)."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
 def model_config(name: str, overrides: tuple[str, ...] = ()):
-    """configs/model/<name>.yaml with every column on the CPU."""
-    cfg = compose_train([f"model={name}", *overrides]).model
-    cfg.devices = ["cpu"] * num_columns(cfg)
-    return cfg
+    """configs/model/<name>.yaml as a typed ModelConfig."""
+    return OmegaConf.to_object(compose_dict("train", [f"model={name}", *overrides])).model
 
 
 def two_columns(**kwargs) -> MultiColumnSegNet:
@@ -57,7 +44,7 @@ def two_columns(**kwargs) -> MultiColumnSegNet:
 
 def test_every_model_name_has_a_builder_and_a_config():
     assert set(MODELS) == {m.value for m in ModelName}
-    composed = {compose_train([f"model={n}"]).model.name.value for n in MODEL_CONFIGS}
+    composed = {compose_dict("train", [f"model={n}"]).model.name.value for n in MODEL_CONFIGS}
     assert composed == set(MODELS)
 
 
@@ -109,6 +96,24 @@ def test_same_seed_same_output(name):
 
 
 @pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_state_dict_round_trip(name):
+    """Weights saved and loaded into a model built afresh (another seed, no ImageNet file)
+    give the same output: every parameter and buffer is in the state dict."""
+    x = torch.randn(1, 3, 40, 52)
+    torch.manual_seed(0)
+    model = build_model(model_config(name)).eval()
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    torch.manual_seed(1)
+    again = build_model(model_config(name), pretrained=False).eval()
+    with torch.no_grad():
+        assert not torch.equal(model(x)["out"], again(x)["out"])
+        buffer.seek(0)
+        again.load_state_dict(torch.load(buffer, weights_only=True))
+        assert torch.equal(model(x)["out"], again(x)["out"])
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
 def test_channels_last_weights(name):
     model = build_model(model_config(name))
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size[0] > 1]
@@ -134,30 +139,22 @@ def test_summary_parts_add_up(name, caplog):
 # --- Configs ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("exp", EXP_CONFIGS)
-def test_every_experiment_composes_and_builds(exp):
-    cfg = OmegaConf.to_object(compose_train([f"+exp={exp}"]))
-    cfg.model.devices = ["cpu"] * num_columns(cfg.model)
-    model = build_model(cfg.model)
-    assert len(model.devices) == num_columns(cfg.model)
-
-
 def test_default_model_is_dual_channel():
-    cfg = compose_train([]).model
+    cfg = compose_dict("train", []).model
     assert cfg.name == ModelName.multicolumn
     assert [c.name for c in cfg.columns] == ["detail", "context"]
-    assert cfg == compose_train(["+exp=dual_channel"]).model
+    assert cfg == compose_dict("train", ["+exp=dual_channel"]).model
 
 
 def test_bad_model_name_fails_at_compose_listing_the_choices():
     with pytest.raises(ConfigCompositionException, match=r"model\.name=unetz") as info:
-        compose_train(["model.name=unetz"])
-    assert "lraspp_mobilenet_v3_large" in str(info.value.__cause__)
+        compose_dict("train", ["model.name=unetz"])
+    assert "lraspp_mobilenet_v3_large" in str(info.value)  # the reason, brought into the message
 
 
 def test_unknown_name_in_a_plain_dataclass_lists_valid_names():
     with pytest.raises(ValueError, match=r"valid names: .*multicolumn"):
-        build_model(ModelConfig(name="segformer", devices=["cpu"]))
+        build_model(ModelConfig(name="segformer"))
 
 
 # --- Multi-column structure and validation --------------------------------------------------
@@ -240,17 +237,18 @@ def test_columns_live_on_their_devices():
     assert model.devices == [CPU, torch.device("meta")]
 
 
-def test_build_places_columns_on_the_configured_devices():
+def test_a_model_is_built_on_the_cpu_and_placed_by_its_caller():
     model = build_model(model_config("dual_channel"))
     assert model.devices == [CPU, CPU]
     for column in model.columns:
         assert {p.device for p in column.parameters()} == {CPU}
+    assert model.place(resolve_devices("cpu", model.num_columns)) is model
+    assert model.place(resolve_devices(["cpu", "cpu"], 2)).devices == [CPU, CPU]
 
 
 @pytest.mark.parametrize(
     ("devices", "message"),
     [
-        (["cpu"], "1 entries .* 2 column"),
         (["cpu", "cpu", "cpu"], "3 entries .* 2 column"),
         (["cpu", "cuda:99"], "cuda:99.? requested but"),
         (["cpu", "gpu0"], "'gpu0' is not a device"),
@@ -258,10 +256,9 @@ def test_build_places_columns_on_the_configured_devices():
     ],
 )
 def test_bad_device_lists_rejected(devices, message):
-    cfg = model_config("dual_channel")
-    cfg.devices = devices
+    model = build_model(model_config("dual_channel"))
     with pytest.raises(ValueError, match=message):
-        build_model(cfg)
+        model.place(resolve_devices(devices, model.num_columns))
 
 
 def test_unavailable_cuda_device_message():
@@ -316,13 +313,12 @@ def test_auto_more_replicas_than_gpus_rejected():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_columns_on_gpus_output_on_first_device():
-    cfg = model_config("dual_channel")
     count = torch.cuda.device_count()
-    cfg.devices = ["cuda:0", "cuda:1" if count > 1 else "cuda:0"]
-    model = build_model(cfg).train()
+    devices = resolve_devices(["cuda:0", "cuda:1" if count > 1 else "cuda:0"], 2)
+    model = build_model(model_config("dual_channel")).place(devices).train()
     out = model(torch.randn(2, 3, 67, 93))
     assert out["out"].device == torch.device("cuda", 0)
-    assert {p.device for p in model.columns[1].parameters()} == {torch.device(cfg.devices[1])}
+    assert {p.device for p in model.columns[1].parameters()} == {devices[1]}
     out["out"].mean().backward()
 
 
@@ -339,7 +335,7 @@ def test_pretrained_without_network_fails_clearly(monkeypatch, tmp_path):
 
     monkeypatch.setattr(torch.hub, "download_url_to_file", no_network)
     cfg = dataclasses.replace(
-        ModelConfig(name=ModelName.lraspp_mobilenet_v3_large), devices=["cpu"], pretrained=True
+        ModelConfig(name=ModelName.lraspp_mobilenet_v3_large), pretrained=True
     )
     with pytest.raises(RuntimeError, match=r"could not download .*model\.pretrained=false") as info:
         build_model(cfg)

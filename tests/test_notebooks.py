@@ -45,10 +45,10 @@ def runs(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("SEG_DATA_DIR", raising=False)  # data.root must be the one used
         for exp, n in COLUMNS.items():
-            ours = ("+exp=", "model.devices=")
+            ours = ("+exp=", "trainer.column_devices=")
             overrides = [o for o in tiny_overrides(data, root / exp) if not o.startswith(ours)]
             cpus = ",".join(["cpu"] * n)
-            extra = [f"model.devices=[{cpus}]", "trainer.epochs=2", "trainer.max_steps=4"]
+            extra = [f"trainer.column_devices=[{cpus}]", "trainer.epochs=2", "trainer.max_steps=4"]
             extra.append("logging.tensorboard=true")  # the notebooks read the event files
             train(compose_config([f"+exp={exp}", *overrides, *extra]))
             out[exp] = root / exp
@@ -58,7 +58,7 @@ def runs(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
 @pytest.fixture(scope="module")
 def eval_dir(runs: dict[str, Path]) -> Path:
     """The dual-channel run's checkpoint evaluated on its validation split (real images)."""
-    from seg.evaluation.config import compose_eval_config
+    from seg.config import compose_eval_config
     from seg.evaluation.run import run_evaluation
 
     ckpt = runs["dual_channel"] / "checkpoints" / "last.pt"

@@ -15,21 +15,23 @@ from omegaconf.errors import MissingMandatoryValue
 from torch import nn
 from training_utils import calibrate_batchnorm
 
-from seg.config import BadSamplePolicy, Config, compose_config
+from seg.config import (
+    AlphaMode,
+    BadSamplePolicy,
+    Config,
+    OutputKind,
+    PredictConfig,
+    compose_config,
+    compose_predict_config,
+)
 from seg.data.batching import pad_batch
 from seg.data.io import BadSampleError, read_image
 from seg.data.transforms import eval_pad_value
-from seg.inference import (
-    AlphaMode,
-    OutputKind,
-    PredictConfig,
-    build_predictor,
-    compose_predict_config,
-    run_predict,
-)
-from seg.inference.media import VideoWriter, atomic_path, find_inputs
+from seg.fileio import atomic_path
+from seg.inference import build_predictor, run_predict
+from seg.inference.media import VideoWriter, find_inputs
 from seg.inference.render import RenderOptions, parse_colour, render
-from seg.models import build_model
+from seg.models import SegmentationModel, build_model
 
 REPO = Path(__file__).resolve().parents[1]
 # Different sizes and orientations; 56.jpg is one of vikram's grayscale JPEGs.
@@ -44,7 +46,6 @@ def tiny_config() -> Config:
     for column in cfg.model.columns:
         column.widths = [4, 8, 8, 8, 8]
         column.blocks = [1, 1, 1, 1, 1]
-    cfg.model.devices = ["cpu", "cpu"]
     return cfg
 
 
@@ -132,9 +133,12 @@ def test_blur_replace_and_cutout_keep_person_pixels(setup, photos):
     assert ((soft[..., 3] >= 128) == pred.mask).mean() > 0.999
 
 
-class RedIsPerson(nn.Module):
+class RedIsPerson(SegmentationModel):
     """An oracle: person logit = normalised red channel, background 0. Pointwise, so its mask
     at the original size is known (red > mean) whatever the resizing and padding do."""
+
+    def __init__(self) -> None:
+        super().__init__(channels_last=False)
 
     def forward(self, x: torch.Tensor) -> dict:
         return {"out": torch.cat([torch.zeros_like(x[:, :1]), x[:, :1]], dim=1), "aux": []}
@@ -294,16 +298,16 @@ def load_script(name: str):
 
 
 def test_script_end_to_end_from_a_checkpoint(setup, photos, tmp_path, caplog):
-    from seg.engine.checkpoint import save_atomic
-    from seg.engine.run_dir import config_to_dict
+    from seg.checkpoint import save_checkpoint
+    from seg.config import config_to_dict
 
     model, cfg = setup
     ckpt = tmp_path / "last.pt"
-    save_atomic({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
     predict = load_script("predict")
     out = tmp_path / "out"
     args = [f"checkpoint={ckpt}", f"input={photos / '3.jpg'}", f"out={out}", "progress=false"]
-    assert predict.main([*args, "outputs=[mask,cutout]", "tta=flip"]) == 0
+    assert predict.main([*args, "outputs=[mask,cutout]", "tta=[flip]"]) == 0
     mask = cv2.imread(str(out / "3_mask.png"), cv2.IMREAD_UNCHANGED)
     assert mask.shape == read_image(photos / "3.jpg").shape[:2]
     assert (out / "3_cutout.png").is_file()
@@ -316,12 +320,12 @@ def test_script_end_to_end_from_a_checkpoint(setup, photos, tmp_path, caplog):
 def test_script_on_a_landscape_photo_writes_a_mask_of_its_size(setup, photos, tmp_path):
     """A landscape photo goes through the turned canvas (96 x 128 for eval_size [128, 96]) and
     its mask comes back at the photo's own size, as the predictor makes it."""
-    from seg.engine.checkpoint import save_atomic
-    from seg.engine.run_dir import config_to_dict
+    from seg.checkpoint import save_checkpoint
+    from seg.config import config_to_dict
 
     model, cfg = setup
     ckpt = tmp_path / "last.pt"
-    save_atomic({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
     image = read_image(photos / "1.jpg")
     assert image.shape[:2] == (183, 276)
     predictor = build_predictor(model, cfg, device="cpu")
@@ -335,13 +339,14 @@ def test_script_on_a_landscape_photo_writes_a_mask_of_its_size(setup, photos, tm
 
 
 def test_devices_are_chosen_automatically_or_per_column():
-    from seg.inference import auto_device, inference_devices
+    from seg.devices import auto_device, resolve_devices
 
-    assert inference_devices("auto", 2) == [auto_device()] * 2
-    assert inference_devices("cpu", 1, ["cpu"]) == [torch.device("cpu")]
-    with pytest.raises(ValueError, match="1 entries"):
-        inference_devices("auto", 2, ["cpu"])  # one device per column
+    cpu = torch.device("cpu")
     if not torch.cuda.is_available():
+        assert resolve_devices("auto", 2, mps=True) == [auto_device()] * 2
         assert auto_device().type in ("cpu", "mps")
-        with pytest.raises(ValueError, match="no CUDA device is visible"):
-            inference_devices("cuda:1", 2)
+        with pytest.raises(ValueError, match="device: 'cuda:1' requested but no CUDA device"):
+            resolve_devices("cuda:1", 2, key="device")
+    assert resolve_devices(["cpu"], 2, key="column_devices") == [cpu, cpu]
+    with pytest.raises(ValueError, match="column_devices has 3 entries"):
+        resolve_devices(["cpu"] * 3, 2, key="column_devices")  # one for all, or one per column

@@ -35,7 +35,7 @@ MILITARY_UNIFORM = 652  # ImageNet class of matplotlib's photo of Grace Hopper
 
 
 def pretrained_model(*overrides: str) -> nn.Module:
-    cfg = compose_config(["+exp=dual_channel_pretrained", "model.devices=[cpu,cpu]", *overrides])
+    cfg = compose_config(["+exp=dual_channel_pretrained", *overrides])
     return build_model(cfg.model)
 
 
@@ -224,7 +224,7 @@ def test_frozen_stage_receiving_exchange_is_refused() -> None:
 
 
 def test_backbone_lr_is_a_fraction_of_the_new_layers_lr() -> None:
-    cfg = compose_config(["+exp=dual_channel_pretrained", "model.devices=[cpu,cpu]"])
+    cfg = compose_config(["+exp=dual_channel_pretrained"])
     model = build_model(cfg.model)
     optimizer = build_optimizer(model, cfg.optim)
     backbone = {id(p) for p in model.backbone_parameters()}

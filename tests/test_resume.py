@@ -9,9 +9,9 @@ import pytest
 import torch
 from training_utils import make_folder_subset, tiny_overrides
 
+from seg.checkpoint import load_checkpoint
 from seg.config import compose_config
-from seg.engine.checkpoint import load_checkpoint
-from seg.engine.state import InjectedFault
+from seg.engine.state import FAULT_ENV, Fault, InjectedFault
 from seg.engine.train import train
 
 # Random augmentation on (flip, shift, scale, rotate), so the pipelines' random states matter;
@@ -42,9 +42,9 @@ def test_resume_gives_identical_parameters_and_logs(data_root: Path, tmp_path: P
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     train(compose_config([*tiny_overrides(data_root, straight), *COMMON]))
 
-    crash = ["trainer.fault_at_step=2", "trainer.fault_kind=exception"]
-    with pytest.raises(InjectedFault):
-        train(compose_config([*tiny_overrides(data_root, broken), *COMMON, *crash]))
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(InjectedFault):
+        mp.setenv(FAULT_ENV, "2:0:exception")
+        train(compose_config([*tiny_overrides(data_root, broken), *COMMON]))
     saved = load_checkpoint(broken / "checkpoints" / "last.pt")
     assert (saved["epoch"], saved["step"], saved["batch_in_epoch"]) == (0, 2, 2)
     resumed = train(
@@ -74,3 +74,24 @@ def test_resume_from_a_run_directory_continues_a_finished_run(
     assert result["step"] == 5
     steps = [r["step"] for r in _history(tmp_path / "second") if "train/loss" in r]
     assert steps == [5]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("3", Fault(3, 0, "exit")),
+        ("3:1", Fault(3, 1, "exit")),
+        ("2:0:exception", Fault(2, 0, "exception")),
+        ("", None),
+    ],
+)
+def test_the_fault_hook_reads_the_environment(monkeypatch, spec: str, expected) -> None:
+    monkeypatch.setenv(FAULT_ENV, spec)
+    assert Fault.from_env() == expected
+
+
+@pytest.mark.parametrize("spec", ["x", "3:1:crash", "3:1:exit:4", "3:-1"])
+def test_a_bad_fault_spec_names_the_variable(monkeypatch, spec: str) -> None:
+    monkeypatch.setenv(FAULT_ENV, spec)
+    with pytest.raises(ValueError, match=FAULT_ENV):
+        Fault.from_env()

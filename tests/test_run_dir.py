@@ -13,13 +13,13 @@ import pytest
 import torch
 from training_utils import make_folder_subset, tiny_overrides
 
-from seg.config import compose_config
-from seg.engine.checkpoint import (
+from seg.checkpoint import (
     CheckpointError,
     checkpoint_file,
     load_checkpoint,
     load_model_from_checkpoint,
 )
+from seg.config import compose_config
 from seg.engine.run_dir import RunDirError
 from seg.engine.train import train
 

@@ -20,8 +20,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 from training_utils import make_folder_subset, tiny_overrides
 
+from seg.checkpoint import load_model_from_checkpoint
 from seg.config import compose_config
-from seg.engine.checkpoint import load_model_from_checkpoint
 from seg.engine.logger import MetricLogger
 from seg.engine.monitor import WaitClock, flatten_hparams
 from seg.engine.train import train
@@ -185,8 +185,8 @@ def test_wait_clock_counts_only_the_loader() -> None:
 def test_flatten_hparams() -> None:
     config = {
         "optim": {"lr": 0.1, "betas": [0.9, 0.99]},
-        "model": {"columns": [{"widths": [4, 8]}], "devices": ["cpu"], "pretrained": None},
-        "trainer": {"run_dir": "/x", "fault_at_step": -1, "precision": "bf16"},
+        "model": {"columns": [{"widths": [4, 8]}], "pretrained": None},
+        "trainer": {"run_dir": "/x", "column_devices": ["cpu"], "precision": "bf16"},
     }
     assert flatten_hparams(config) == {
         "optim.lr": 0.1,

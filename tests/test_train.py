@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from training_utils import REPO, VAL_IDS, make_folder_subset, tiny_overrides
 
-from seg.config import compose_config, register_configs
+from seg.checkpoint import CheckpointError, load_checkpoint, load_model_from_checkpoint
+from seg.config import compose_config, compose_dict
 from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
-from seg.engine.checkpoint import CheckpointError, load_checkpoint, load_model_from_checkpoint
-from seg.engine.data import ResumableSampler, shard
+from seg.distributed import shard
+from seg.engine.data import ResumableSampler
 from seg.engine.logger import NonFiniteLossError, format_report
 from seg.engine.losses import SegLoss, build_loss
 from seg.engine.optim import (
@@ -42,19 +42,12 @@ def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     return make_folder_subset(shared_datasets, tmp_path / "data")
 
 
-def compose_train(overrides: list[str]):
-    """configs/train.yaml as @hydra.main sees it (a DictConfig)."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
 # --- The whole path ----------------------------------------------------------------------
 
 
 def test_two_steps_on_real_files(data_root: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    result = train(compose_train([*tiny_overrides(data_root, run), "trainer.max_steps=2"]))
+    result = train(compose_dict("train", [*tiny_overrides(data_root, run), "trainer.max_steps=2"]))
     assert result["step"] == 2 and result["world_size"] == 1
     assert 0 <= result["val/pixel_acc"] <= 1 and "val/folder/iou_person" in result
     # Every labelled validation pixel counted exactly once (padding ignored).
@@ -79,7 +72,7 @@ def test_two_steps_on_real_files(data_root: Path, tmp_path: Path) -> None:
 
 def test_bf16_autocast_step_on_cpu(data_root: Path, tmp_path: Path) -> None:
     cfg = [*tiny_overrides(data_root, tmp_path / "run"), "trainer.max_steps=1"]
-    result = train(compose_train([*cfg, "trainer.precision=bf16", "trainer.grad_clip=1.0"]))
+    result = train(compose_dict("train", [*cfg, "trainer.precision=bf16", "trainer.grad_clip=1.0"]))
     assert result["step"] == 1 and 0 <= result["val/pixel_acc"] <= 1
 
 
@@ -89,7 +82,7 @@ def test_compiled_training_saves_plain_checkpoints(data_root: Path, tmp_path: Pa
     an eager run, so evaluation and resuming need no compiler."""
     run = tmp_path / "run"
     cfg = [*tiny_overrides(data_root, run), "trainer.max_steps=2", "trainer.compile=true"]
-    result = train(compose_train(cfg))
+    result = train(compose_dict("train", cfg))
     assert result["step"] == 2 and 0 <= result["val/pixel_acc"] <= 1
     ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
     eager = build_model(compose_config(tiny_overrides(data_root)).model)
@@ -129,7 +122,7 @@ def test_auto_precision_run_resolves_and_logs(
 ) -> None:
     cfg = [*tiny_overrides(data_root, tmp_path / "run"), "trainer.max_steps=1"]
     with caplog.at_level("INFO", logger="seg.engine.train"):
-        result = train(compose_train([*cfg, "trainer.precision=auto"]))
+        result = train(compose_dict("train", [*cfg, "trainer.precision=auto"]))
     resolved = resolve_precision("auto", torch.device("cpu"))
     assert result["step"] == 1 and f"precision auto -> {resolved}" in caplog.text
 
@@ -158,7 +151,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
     run = tmp_path / "run"
     cfg = [*tiny_overrides(data_root, run), "trainer.max_steps=6", "trainer.ckpt_every_steps=2"]
     with pytest.raises(NonFiniteLossError, match=r"at step 3 .*'ce': nan"):
-        train(compose_train([*cfg, "logging.log_every=5"]))
+        train(compose_dict("train", [*cfg, "logging.log_every=5"]))
     last = load_checkpoint(run / "checkpoints" / "last.pt")
     assert last["step"] == 2
     assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
@@ -170,8 +163,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_every_experiment_composes_and_builds_for_training(exp: str) -> None:
     cfg = compose_config([f"+exp={exp}"])
-    cfg.model.devices = ["cpu"] * num_columns(cfg.model)
     model = build_model(cfg.model).train()
+    assert model.devices == [torch.device("cpu")] * num_columns(cfg.model)  # built on the CPU
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, total_steps=10)
     criterion = build_loss(cfg.loss, cfg.model.num_classes, cfg.model.aux_weight)
@@ -201,7 +194,7 @@ def test_config_groups_compose(group: str) -> None:
 )
 def test_bad_values_fail_at_start_and_name_the_key(override: str, names: str) -> None:
     with pytest.raises(ValueError, match=names):
-        train(compose_train([override]))  # fails before anything is built or read
+        train(compose_dict("train", [override]))  # fails before anything is built or read
 
 
 @pytest.mark.parametrize("override", ["trainer.epocs=3", "optim.name=lamb", "trainer.resume=[1]"])
@@ -275,7 +268,7 @@ def test_sampler_order_depends_on_seed_and_epoch_only_and_resumes() -> None:
 
 def test_damaged_checkpoint_names_the_file(data_root: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(compose_train([*tiny_overrides(data_root, run), "trainer.max_steps=1"]))
+    train(compose_dict("train", [*tiny_overrides(data_root, run), "trainer.max_steps=1"]))
     last = run / "checkpoints" / "last.pt"
     broken = tmp_path / "broken.pt"
     broken.write_bytes(last.read_bytes()[:1000])
@@ -283,8 +276,8 @@ def test_damaged_checkpoint_names_the_file(data_root: Path, tmp_path: Path) -> N
         load_model_from_checkpoint(broken)
     with pytest.raises(CheckpointError, match=r"trainer\.resume=.*missing\.pt"):
         train(
-            compose_train(
-                [*tiny_overrides(data_root, run), f"trainer.resume={tmp_path}/missing.pt"]
+            compose_dict(
+                "train", [*tiny_overrides(data_root, run), f"trainer.resume={tmp_path}/missing.pt"]
             )
         )
 
@@ -315,7 +308,7 @@ def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_
     (data_root / "images" / "train" / "1.jpg").write_bytes(b"not a jpeg")
     run = tmp_path / "run"
     over = [*tiny_overrides(data_root, run), "data.on_bad_sample=skip", "trainer.max_steps=-1"]
-    result = train(compose_train(over))  # one epoch: every training pair drawn once
+    result = train(compose_dict("train", over))  # one epoch: every training pair drawn once
     assert result["val/skipped"] == 1 and result["train/skipped"] == 1
     cfg = compose_config([*tiny_overrides(data_root), "data.on_bad_sample=skip"])
     val = build_eval_datasets(cfg.data, "val", build_eval_transform(cfg.aug))["folder"]
@@ -333,4 +326,4 @@ def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_
     for i in VAL_IDS[1:]:
         (data_root / "images" / "val" / f"{i}.jpg").write_bytes(b"")
     with pytest.raises(RuntimeError, match=r"validation scored no pixel: all 3 pairs"):
-        train(compose_train([*tiny_overrides(data_root, tmp_path / "r2"), *over[-2:]]))
+        train(compose_dict("train", [*tiny_overrides(data_root, tmp_path / "r2"), *over[-2:]]))

@@ -35,7 +35,7 @@ def tiny_overrides(data_root: Path, run_dir: Path | None = None) -> list[str]:
         "data=folder",
         f"data.root={data_root}",
         "debug=default",
-        "model.devices=[cpu]",
+        "trainer.column_devices=[cpu]",
         "logging.tensorboard=false",
         "logging.progress_bar=false",
         "trainer.deterministic=true",
@@ -54,7 +54,7 @@ def subprocess_env() -> dict[str, str]:
         "MASTER_ADDR",
         "MASTER_PORT",
     )
-    drop = ("SEG_DATA_DIR", *launcher)
+    drop = ("SEG_DATA_DIR", "SEG_TEST_FAULT", *launcher)
     env = {k: v for k, v in os.environ.items() if k not in drop and "TORCHELASTIC" not in k}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return env
@@ -66,7 +66,7 @@ def torchrun() -> list[str]:
 
 def parameters(path: Path) -> dict[str, torch.Tensor]:
     """The trainable parameters (not the BatchNorm buffers) stored in a checkpoint."""
-    from seg.engine.checkpoint import load_model_from_checkpoint
+    from seg.checkpoint import load_model_from_checkpoint
 
     model, _ = load_model_from_checkpoint(path)
     return {k: v.detach().clone() for k, v in model.named_parameters()}

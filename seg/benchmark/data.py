@@ -9,12 +9,12 @@ from typing import Any
 
 import torch
 
-from seg.benchmark.models import ModelBenchSettings, autocast, load_model_config, training_loss
+from seg.benchmark.models import ModelBenchSettings, build_placed, load_config
 from seg.benchmark.timing import sync
 from seg.config import AugConfig, DataConfig
 from seg.data import build_loader, build_train_dataset
 from seg.engine.monitor import WaitClock
-from seg.models import build_model
+from seg.engine.step import build_stepper
 
 
 def _endless(loader: torch.utils.data.DataLoader) -> Iterator[dict[str, Any]]:
@@ -62,14 +62,14 @@ def data_wait_share(
     warmup: int = 2,
 ) -> dict[str, Any]:
     """A short real training loop (``model_name``, batch ``s.batch``, crops at
-    ``aug.crop_size``, SGD) on the training split: img/s and the share of its wall time spent
-    waiting for the next batch (the engine's ``perf/data_wait_fraction``); ``s.precision``
-    as in the model table."""
-    cfg = load_model_config(model_name, s.device, s.channels_last)
+    ``aug.crop_size``, the engine's training step) on the training split: img/s and the share
+    of its wall time spent waiting for the next batch (the engine's
+    ``perf/data_wait_fraction``); ``s.precision`` as in the model table."""
+    cfg = load_config(model_name, s)
     torch.manual_seed(0)
-    model = build_model(cfg).train()
+    model = build_placed(cfg.model, s.device).train()
     device = model.devices[0]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    stepper = build_stepper(model, model, cfg, total_steps=1_000_000)
     dataset = build_train_dataset(data, aug, seed=0)
     loader = build_loader(dataset, s.batch, train=True, num_workers=num_workers)
     clock = WaitClock()
@@ -83,13 +83,7 @@ def data_wait_share(
             steps += 1
             if steps >= s.steps or time.perf_counter() - start >= s.seconds:
                 break
-        images = batch["image"].to(device, non_blocking=True)
-        masks = batch["mask"].to(device, non_blocking=True).long()
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device, s.precision):
-            out = model(images)
-        training_loss(out, masks, cfg.aux_weight).backward()
-        optimizer.step()
+        stepper.step(batch["image"], batch["mask"])
     sync(device)
     elapsed = time.perf_counter() - start
     del loader

@@ -8,7 +8,6 @@ allocator caches); on CUDA, ``torch.cuda.max_memory_allocated``.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -18,15 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from seg.benchmark.timing import time_calls
-from seg.config import CONFIG_DIR, compose_config
-from seg.data.io import IGNORE_INDEX
-from seg.models import build_model, num_columns
-from seg.models.config import ModelConfig
+from seg.config import CONFIG_DIR, Config, ModelConfig, compose_config
+from seg.devices import resolve_devices
+from seg.engine.optim import autocast_dtype, resolve_precision
+from seg.engine.step import build_stepper
+from seg.models import SegmentationModel, build_model
 
-PRECISIONS = {"32": None, "bf16": torch.bfloat16}
+# The engine's trainer.precision values the tables compare (fp16 needs CUDA: measure it there).
+PRECISIONS = ("32", "bf16")
+DTYPES = {"32": torch.float32, "bf16": torch.bfloat16}  # of the compute-limit kernels
 # A model spec is a configs/model name with optional ":"-separated options, so that variants
 # of one model sit side by side in one table: "compile" measures it after ``model.compile()``
 # (torch.compile, default inductor backend), "bf16" / "32" override the run's precision.
@@ -96,27 +97,22 @@ def check_model_names(specs: list[str]) -> None:
         )
 
 
-def load_model_config(name: str, device: str, channels_last: bool) -> ModelConfig:
-    """configs/model/<name>.yaml with every column on ``device``."""
-    cfg = compose_config([f"model={name}"]).model
-    cfg.devices = [device] * num_columns(cfg)
-    cfg.channels_last = channels_last
-    return cfg
+def load_config(name: str, s: ModelBenchSettings) -> Config:
+    """The training config of ``model=<name>`` (default loss and SGD recipe), in the precision
+    and memory layout of ``s``: what the engine's training step is built from."""
+    return compose_config(
+        [
+            f"model={name}",
+            f"model.channels_last={str(s.channels_last).lower()}",
+            f"trainer.precision='{s.precision}'",
+        ]
+    )
 
 
-def training_loss(out: dict[str, Any], target: torch.Tensor, aux_weight: float) -> torch.Tensor:
-    """Cross-entropy on the main logits plus weighted auxiliary terms, as a trainer would;
-    ``target`` (B, H, W) may hold the ignore index (padding of augmented crops)."""
-    loss = F.cross_entropy(out["out"].float(), target, ignore_index=IGNORE_INDEX)
-    for aux in out["aux"]:
-        loss = loss + aux_weight * F.cross_entropy(aux.float(), target, ignore_index=IGNORE_INDEX)
-    return loss
-
-
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast for ``precision="bf16"``, else nothing."""
-    dtype = PRECISIONS[precision]
-    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+def build_placed(cfg: ModelConfig, device: str) -> SegmentationModel:
+    """The model of ``cfg`` (its ImageNet weights as configured), every column on ``device``."""
+    model = build_model(cfg)
+    return model.place(resolve_devices(device, model.num_columns, key="--device"))
 
 
 def count_train_flops(model: torch.nn.Module, size: tuple[int, int]) -> int:
@@ -168,22 +164,19 @@ def peak_rss() -> int:
 
 
 def measure_training(
-    model: torch.nn.Module, aux_weight: float, s: ModelBenchSettings
+    model: SegmentationModel, cfg: Config, s: ModelBenchSettings
 ) -> dict[str, Any]:
-    """Forward + backward + SGD steps on random (batch, 3, H, W) inputs: img/s, steps and the
-    seconds of the untimed warm-up (which includes compilation for a compiled model)."""
+    """The engine's training step (``seg.engine.step``: autocast, loss, backward, optimiser and
+    schedule of ``cfg``) on random (batch, 3, H, W) inputs: img/s, steps and the seconds of the
+    untimed warm-up (which includes compilation for a compiled model)."""
     device = model.devices[0]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    stepper = build_stepper(model, model, cfg, total_steps=1_000_000)
     x = torch.randn(s.batch, 3, *s.size, device=device)
     target = torch.randint(0, 2, (s.batch, *s.size), device=device)
     model.train()
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device, s.precision):
-            out = model(x)
-        training_loss(out, target, aux_weight).backward()
-        optimizer.step()
+        stepper.step(x, target)
 
     start = time.perf_counter()
     steps, elapsed = time_calls(step, device, s.warmup, s.steps, s.seconds)
@@ -201,10 +194,11 @@ def measure_inference(
     """Eval-mode, no-grad forward latency in ms per image at ``batch`` (and the calls timed)."""
     device = model.devices[0]
     x = torch.randn(batch, 3, *s.size, device=device)
+    dtype = autocast_dtype(resolve_precision(s.precision, device), device)
     model.eval()
 
     def forward() -> None:
-        with torch.no_grad(), autocast(device, s.precision):
+        with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             model(x)
 
     calls, elapsed = time_calls(forward, device, 1, s.infer_calls, s.infer_seconds)
@@ -223,10 +217,10 @@ def measure_model(spec: str, s: ModelBenchSettings) -> dict[str, Any]:
     s = replace(s, precision=parsed.precision or s.precision)
     if s.threads is not None:
         torch.set_num_threads(s.threads)
-    cfg = load_model_config(parsed.name, s.device, s.channels_last)
+    cfg = load_config(parsed.name, s)
     torch.manual_seed(0)
     rss_before = reset_peak_rss()
-    model = build_model(cfg)
+    model = build_placed(cfg.model, s.device)
     device = model.devices[0]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -239,7 +233,7 @@ def measure_model(spec: str, s: ModelBenchSettings) -> dict[str, Any]:
         "precision": s.precision,
         "params": sum(p.numel() for p in model.parameters()),
         "train_gflops_per_img": flops / 1e9,
-        **measure_training(model, cfg.aux_weight, s),
+        **measure_training(model, cfg, s),
     }
     row["achieved_gflops_per_s"] = row["train_gflops_per_img"] * row["train_img_per_s"]
     row["inference"] = {str(b): measure_inference(model, b, s) for b in s.infer_batches}

@@ -14,7 +14,7 @@ import torch
 from seg.benchmark.data import data_wait_share, loader_throughput
 from seg.benchmark.limits import measure_limits
 from seg.benchmark.models import (
-    PRECISIONS,
+    DTYPES,
     ModelBenchSettings,
     check_model_names,
     measure_model,
@@ -162,7 +162,7 @@ def run_benchmark(opts: BenchmarkOptions) -> dict[str, Any]:
         # asks for ("conv3x3:bf16", ...), so that each row is compared with its own ceiling.
         result["limits"] = {}
         for precision in row_precisions(opts):
-            dtype = PRECISIONS[precision] or torch.float32
+            dtype = DTYPES[precision]
             for kernel, row in measure_limits(device, dtype, opts.limit_seconds).items():
                 result["limits"][limit_key(kernel, precision, s.precision)] = row
         log.info(

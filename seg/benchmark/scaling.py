@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 import time
 from dataclasses import replace
@@ -16,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from seg.benchmark.models import ModelBenchSettings, autocast, load_model_config, training_loss
+from seg import distributed as du
+from seg.benchmark.models import ModelBenchSettings, build_placed, load_config
 from seg.benchmark.timing import sync
-from seg.models import build_model
+from seg.engine.step import build_stepper
 
 
 def cpu_cores() -> int:
@@ -31,44 +32,54 @@ def cpu_cores() -> int:
 
 
 def _worker(
-    rank: int, world: int, model_name: str, s: ModelBenchSettings, init: str, out: str
+    rank: int, world: int, model_name: str, s: ModelBenchSettings, port: int, out: str
 ) -> None:
-    """One DDP replica: fixed warmup and step counts (every rank must run the same number of
-    collectives), timed between barriers; rank 0 writes the result to ``out``."""
+    """One DDP replica running the engine's training step: fixed warmup and step counts (every
+    rank must run the same number of collectives), timed between barriers; rank 0 writes the
+    result to ``out``."""
     cuda = s.device.startswith("cuda")
     if s.threads is not None:
         torch.set_num_threads(s.threads)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group(
-        "nccl" if cuda else "gloo", init_method=init, rank=rank, world_size=world
+    # The environment torchrun would give a local worker; seg.distributed joins from it.
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
     )
+    du.init_distributed([device])
     try:
-        cfg = load_model_config(model_name, str(device), s.channels_last)
+        cfg = load_config(model_name, s)
         torch.manual_seed(0)
-        model = DDP(build_model(cfg).train(), device_ids=[device] if cuda else None)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        model = build_placed(cfg.model, str(device)).train()
+        # As the engine does: one process trains the bare model (DDP only with several).
+        ddp = DDP(model, device_ids=[device] if cuda else None) if du.is_distributed() else model
+        stepper = build_stepper(ddp, model, cfg, total_steps=1_000_000)
         x = torch.randn(s.batch, 3, *s.size, device=device)
         target = torch.randint(0, 2, (s.batch, *s.size), device=device)
         for i in range(s.warmup + s.steps):
             if i == s.warmup:
                 sync(device)
-                dist.barrier()
+                du.barrier()
                 start = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            with autocast(device, s.precision):
-                loss = training_loss(model(x), target, cfg.aux_weight)
-            loss.backward()
-            optimizer.step()
+            stepper.step(x, target)
         sync(device)
-        dist.barrier()
+        du.barrier()
         elapsed = time.perf_counter() - start
         if rank == 0:
             result = {"img_per_s": world * s.batch * s.steps / elapsed, "steps": s.steps}
             Path(out).write_text(json.dumps(result))
     finally:
-        dist.destroy_process_group()
+        du.destroy_distributed()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def ddp_throughput(model_name: str, processes: int, s: ModelBenchSettings) -> dict[str, Any]:
@@ -79,9 +90,11 @@ def ddp_throughput(model_name: str, processes: int, s: ModelBenchSettings) -> di
     s = replace(s, threads=threads)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        init = (Path(tmp) / "rendezvous").as_uri()
         mp.start_processes(
-            _worker, (processes, model_name, s, init, str(out)), processes, start_method="spawn"
+            _worker,
+            (processes, model_name, s, _free_port(), str(out)),
+            processes,
+            start_method="spawn",
         )
         result = json.loads(out.read_text())
     return {

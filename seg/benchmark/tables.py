@@ -35,7 +35,8 @@ def format_models(rows: list[dict[str, Any]]) -> str:
         f"{'%conv':>6} {'steps':>5} {'warm-up s':>9}"
     )
     head += "".join(f" {'ms/img@' + b:>10}" for b in batches) + f" {'peak MB':>8}"
-    lines = ["models (training: forward + backward + SGD step; inference: eval, no_grad)", head]
+    title = "models (training: the engine's step, forward + loss + backward + SGD; inference: eval)"
+    lines = [title, head]
     for r in rows:
         frac = r.get("conv_limit_fraction")
         line = (

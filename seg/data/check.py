@@ -11,6 +11,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from seg.config import DataConfig
+from seg.data.datasets import list_source
 from seg.data.io import BadSampleError, encode_mask, fit_mask_to_image, read_image, read_mask_array
 from seg.data.listing import SampleRef, person_fraction
 
@@ -91,8 +92,6 @@ class _ScanSet(Dataset):
 
 def scan_source(cfg: DataConfig, name: str, workers: int = 2) -> ScanReport:
     """Read every pair of one source (all splits) and collect statistics and problems."""
-    from seg.data.datasets import list_source  # here to keep the import graph one-way
-
     listing = list_source(cfg, name)
     refs = list(listing.refs.values())
     report = ScanReport(

@@ -24,11 +24,10 @@ import cv2
 import numpy as np
 
 from seg.config import BadSamplePolicy
-from seg.data.io import BadSampleError
+from seg.data.io import PERSON, BadSampleError
 
 log = logging.getLogger(__name__)
 
-PERSON = 1
 DRAWS_PER_PERSON = 4  # sources tried per wanted person (bad or empty ones are passed over)
 
 

@@ -23,6 +23,7 @@ from seg.data.io import (
 )
 from seg.data.listing import SPLITS, Listing, SampleRef, list_ccp, list_eg_portrait, list_vikram
 from seg.data.transforms import build_train_transform
+from seg.fileio import write_text
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +200,7 @@ def save_splits(cfg: DataConfig, out_dir: Path) -> list[Path]:
         listing = list_source(cfg, name)
         for split, ids in listing.splits.items():
             path = out_dir / f"{name}_{split}.txt"
-            tmp = path.with_suffix(".txt.tmp")
-            tmp.write_text("".join(f"{i}\n" for i in ids))
-            tmp.replace(path)
+            write_text(path, "".join(f"{i}\n" for i in ids))
             written.append(path)
     return written
 

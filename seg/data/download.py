@@ -30,6 +30,7 @@ from types import MappingProxyType
 from tqdm import tqdm
 
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
+from seg.fileio import atomic_path
 from seg.locks import file_lock
 
 log = logging.getLogger(__name__)
@@ -217,10 +218,9 @@ def resolve_data_root(root: str | Path | None, base: Path | None = None) -> Path
 
 
 def _fetch(url: str, dest: Path, timeout: float) -> None:
-    """Stream ``url`` to ``dest.part``, then rename it to ``dest`` once complete."""
-    part = dest.with_name(dest.name + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as out:
+    """Stream ``url`` to a temporary file beside ``dest``, renamed to ``dest`` once complete."""
+    with atomic_path(dest) as part, urllib.request.urlopen(url, timeout=timeout) as response:
+        with open(part, "wb") as out:
             total = int(response.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, disable=None) as bar:
                 while chunk := response.read(_CHUNK):
@@ -229,10 +229,6 @@ def _fetch(url: str, dest: Path, timeout: float) -> None:
             received = out.tell()
         if total is not None and received != total:
             raise ConnectionError(f"truncated download: received {received} of {total} bytes")
-        os.replace(part, dest)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
 
 
 def _relative(name: str, top: str | None) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""DataLoader construction: workers, pinned memory, per-worker seeding, distributed sampling."""
+"""DataLoader construction: workers, pinned memory, per-worker seeding."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import albumentations as A
 import cv2
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, get_worker_info
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from seg.data.transforms import seed_transform
 
@@ -61,7 +61,6 @@ def build_loader(
     num_workers: int = 2,
     seed: int = 0,
     rank: int = 0,
-    distributed: bool = False,
     sampler: Sampler | None = None,
     pin_memory: bool | None = None,
     prefetch_factor: int | None = None,
@@ -69,14 +68,13 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader for training (shuffled, last partial batch dropped) or evaluation.
 
-    With ``distributed`` a ``DistributedSampler`` splits the data across ranks (call
-    ``loader.sampler.set_epoch(epoch)`` every epoch); exact distributed evaluation, where every
-    sample is seen once without padding, is the evaluation code's business, not this sampler's.
-    Pinned memory defaults to on when CUDA is available. ``seed`` fixes the shuffling order and,
-    with ``rank``, the augmentation streams; workers persist across epochs. A given ``sampler``
-    (e.g. the engine's resumable one) replaces the default order. ``collate_fn`` (default:
-    torch's) makes the batches, e.g. ``seg.data.batching.PadCollate`` for eval-preset samples,
-    whose sizes differ with their orientation.
+    Data-parallel training passes its own ``sampler`` (the engine's resumable one, which
+    splits the data across ranks); exact distributed evaluation, where every sample is seen
+    once without padding, shards the dataset before it gets here. Pinned memory defaults to on
+    when CUDA is available. ``seed`` fixes the shuffling order and, with ``rank``, the
+    augmentation streams; workers persist across epochs. ``collate_fn`` (default: torch's)
+    makes the batches, e.g. ``seg.data.batching.PadCollate`` for eval-preset samples, whose
+    sizes differ with their orientation.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -84,10 +82,6 @@ def build_loader(
         raise ValueError(f"num_workers must be >= 0, got {num_workers}")
     if len(dataset) == 0:  # type: ignore[arg-type]
         raise ValueError("the dataset is empty: check data.root and the split")
-    if distributed and sampler is not None:
-        raise ValueError("pass either distributed=True or a sampler, not both")
-    if distributed:
-        sampler = DistributedSampler(dataset, shuffle=train, seed=seed, drop_last=train)
     if num_workers > 0:
         # Workers are the parallelism; OpenCV's own pool would oversubscribe the cores, and a
         # pool alive at fork time hangs the children (see seed_worker). As mmsegmentation does.

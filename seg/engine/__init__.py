@@ -1,5 +1,2 @@
-"""The training engine: distributed setup, losses, optimisers, checkpoints and the loop.
-
-Nothing is imported here, so that ``seg.config`` can import ``seg.engine.config`` (no torch)
-and composing a config stays fast. Entry point: ``seg.engine.train.train(cfg) -> dict``.
-"""
+"""The training engine: the loop, losses, optimisers, training's checkpoints, the run folder
+and the launcher. Entry point: ``seg.engine.train.train(cfg) -> dict``."""

@@ -17,40 +17,25 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 
+from seg import distributed as du
 from seg.config import Config
 from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset
 from seg.data.transforms import build_eval_transform, eval_pad_value
-from seg.engine import distributed as du
+from seg.devices import resolve_devices
 from seg.engine.checkpoint import restore_rng
 from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.evaluate import metric_names
-from seg.engine.losses import build_loss
-from seg.engine.optim import (
-    autocast_dtype,
-    build_optimizer,
-    build_scaler,
-    build_scheduler,
-    resolve_precision,
-)
+from seg.engine.step import Stepper, build_stepper
 from seg.models import build_model
 from seg.models.build import input_normalization
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Parts:
-    """Everything ``setup`` builds; ``model`` is DDP-wrapped with several replicas."""
+@dataclass(kw_only=True)
+class Parts(Stepper):
+    """Everything ``setup`` builds: the training step's parts (``Stepper``) and the rest."""
 
-    model: nn.Module
-    model_without_ddp: nn.Module  # what is saved and evaluated
-    criterion: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    precision: str  # trainer.precision resolved on this replica's device: 32, bf16 or 16
-    scaler: torch.amp.GradScaler
-    amp_dtype: torch.dtype | None
-    device: torch.device  # inputs go here (the first column's device)
     cuda_devices: list[torch.device]  # every GPU of this replica (their RNG states are saved)
     train_loader: DataLoader
     sampler: ResumableSampler
@@ -75,10 +60,14 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 def build_ddp_model(cfg: Config, ckpt: dict[str, Any] | None) -> tuple[nn.Module, nn.Module]:
     """``(model, model_without_ddp)``: weights restored, SyncBN and DDP with several replicas."""
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model = build_model(cfg.model)
-    devices = list(model.devices)
+    # A resumed run's weights come from the checkpoint: no ImageNet file is read for nothing.
+    model = build_model(cfg.model, pretrained=None if ckpt is None else False)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
+    devices = resolve_devices(
+        cfg.trainer.column_devices, model.num_columns, key="trainer.column_devices"
+    )
+    model.place(devices)
     if cfg.trainer.compile:
         # In place and lazy (it traces at the first call, after any SyncBatchNorm swap below):
         # the module keeps its type and state_dict keys, so checkpoints, evaluation and DDP
@@ -145,18 +134,9 @@ def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
         )
     total = t.epochs * steps_per_epoch
     total = min(total, t.max_steps) if t.max_steps > 0 else total
-    optimizer = build_optimizer(model_without_ddp, cfg.optim)
-    precision = resolve_precision(t.precision, devices[0])
+    stepper = build_stepper(model, model_without_ddp, cfg, total)
     parts = Parts(
-        model=model,
-        model_without_ddp=model_without_ddp,
-        criterion=build_loss(cfg.loss, num_classes, cfg.model.aux_weight).to(devices[0]),
-        optimizer=optimizer,
-        scheduler=build_scheduler(optimizer, cfg.optim, total),
-        precision=precision,
-        scaler=build_scaler(precision, devices[0]),
-        amp_dtype=autocast_dtype(precision, devices[0]),
-        device=devices[0],
+        **{f.name: getattr(stepper, f.name) for f in dataclasses.fields(Stepper)},
         cuda_devices=sorted({d for d in devices if d.type == "cuda"}, key=str),
         train_loader=loader,
         sampler=sampler,

@@ -1,94 +1,24 @@
-"""Checkpoints: atomic writes, ``last`` / ``best`` / keep-N, RNG states, and loading a model back.
-
-A checkpoint is a dict of tensors, numbers, strings, lists and dicts only (the resolved config
-included), so ``torch.load(weights_only=True)`` reads it and it rebuilds its model on its own:
-``{"model", "optimizer", "scheduler", "scaler", "epoch", "step", "batch_in_epoch",
-"rng": [per rank], "config", "metrics", "best", "target", "elapsed_s"}``.
+"""Training's checkpoints: ``last`` / ``best`` / keep-N, RNG states, and which checkpoint a
+run resumes from (and whether its config allows it). The file format, reading and writing one,
+and rebuilding its model are ``seg.checkpoint``'s.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from seg.config import Config
-from seg.engine import distributed as du
-from seg.engine.run_dir import config_to_dict, to_config
-from seg.models import build_model, num_columns
+from seg import distributed as du
+from seg.checkpoint import CheckpointError, checkpoint_file, load_checkpoint, save_checkpoint
+from seg.config import Config, config_to_dict, to_config
+from seg.fileio import link_or_copy
 
 log = logging.getLogger(__name__)
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file is missing, damaged or not one of this project's."""
-
-
-def save_atomic(obj: dict[str, Any], path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, then rename it into place, so a crash
-    mid-write never leaves a truncated ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def checkpoint_file(path: str | Path, name: str = "best.pt") -> Path:
-    """The checkpoint that ``path`` names: a file as it is; a run folder: its
-    ``checkpoints/<name>``; a ``checkpoints/`` folder: its ``<name>``. A folder without it
-    raises :class:`CheckpointError` listing the checkpoints it has."""
-    path = Path(path).expanduser()
-    if not path.is_dir():
-        return path
-    for candidate in (path / "checkpoints" / name, path / name):
-        if candidate.is_file():
-            return candidate
-    have = sorted(p.name for p in [*path.glob("*.pt"), *path.glob("checkpoints/*.pt")])
-    raise CheckpointError(
-        f"{path} is a directory without checkpoints/{name}"
-        + (f" (it has {', '.join(have)}: name one of them)" if have else " (no checkpoint in it)")
-    )
-
-
-def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
-    """Read a checkpoint onto the CPU with ``weights_only=True``; errors name the file.
-
-    ``mmap=True`` maps the tensors instead of reading them: a cheap check that the file is a
-    whole, readable checkpoint (its structure is unpickled, its data not read).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as err:  # torch's unpicklers raise many kinds on damaged bytes
-        raise CheckpointError(
-            f"cannot read checkpoint {path} ({type(err).__name__}: {err}); the file is damaged, "
-            "truncated or not a checkpoint of this project"
-        ) from err
-    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
-        raise CheckpointError(f"{path} is not a checkpoint of this project (no model/config)")
-    return ckpt
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    """``dst`` becomes ``src``'s content, atomically; a hard link costs no space."""
-    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:  # no hard links on this file system
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
 
 
 class Checkpointer:
@@ -102,19 +32,15 @@ class Checkpointer:
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
 
-    @property
-    def last(self) -> Path | None:
-        return None if self.directory is None else self.directory / "last.pt"
-
     def save(self, state: dict[str, Any], step: int, is_best: bool = False) -> None:
         if self.directory is None:
             return
         last = self.directory / "last.pt"
-        save_atomic(state, last)
+        save_checkpoint(state, last)
         if is_best:
-            _link_or_copy(last, self.directory / "best.pt")
+            link_or_copy(last, self.directory / "best.pt")
         if self.keep_last > 0:
-            _link_or_copy(last, self.directory / f"step_{step:08d}.pt")
+            link_or_copy(last, self.directory / f"step_{step:08d}.pt")
             for old in sorted(self.directory.glob("step_*.pt"))[: -self.keep_last]:
                 old.unlink(missing_ok=True)
         log.info("saved checkpoint at step %d to %s%s", step, last, " (best)" if is_best else "")
@@ -160,31 +86,6 @@ def restore_rng(
 def _tuples(x: Any) -> Any:
     """``random.setstate`` wants tuples where a round trip may have produced lists."""
     return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
-
-
-def load_model_from_checkpoint(
-    path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[nn.Module, Config]:
-    """Rebuild the model a checkpoint was trained with, every column on ``device``, in eval mode.
-
-    ``path``: a checkpoint file or a run folder (its ``checkpoints/best.pt``). Returns
-    ``(model, cfg)``, ``cfg`` the typed config stored in the checkpoint. For evaluation,
-    prediction and export; raises :class:`CheckpointError` naming the file.
-    """
-    path = checkpoint_file(path)
-    ckpt = load_checkpoint(path)
-    try:
-        cfg = to_config(ckpt["config"])
-    except Exception as err:
-        raise CheckpointError(f"the config stored in {path} is not valid here: {err}") from err
-    cfg.model.devices = [str(torch.device(device))] * num_columns(cfg.model)
-    cfg.model.pretrained = False  # the weights come from the checkpoint
-    model = build_model(cfg.model)
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as err:
-        raise CheckpointError(f"the weights in {path} do not fit its model config: {err}") from err
-    return model.eval(), cfg
 
 
 def find_resume_checkpoint(spec: str | None, run_dir: Path) -> Path | None:
@@ -242,14 +143,15 @@ def _newest_readable(folder: Path) -> tuple[str | None, str | None]:
 
 
 # What a checkpoint's state cannot follow into another setting: the weights' shapes (the model)
-# and the optimiser's state (its kind). Placement and initialisation may change.
-_PLACEMENT = ("model.devices", "model.pretrained", "model.channels_last")
+# and the optimiser's state (its kind). The model's initialisation and memory layout may change.
+_FREE_MODEL_KEYS = ("model.pretrained", "model.channels_last")
 # Keys that name where and how a run happens, not what it computes.
 _INCIDENTAL = (
     "trainer.resume",
     "trainer.run_dir",
     "trainer.overwrite",
     "trainer.devices",
+    "trainer.column_devices",
     "trainer.num_workers",
     "trainer.max_restarts",
     "trainer.dist_timeout_s",
@@ -274,7 +176,7 @@ def check_resume_config(ckpt: dict[str, Any], cfg: Config, path: Path) -> None:
         k
         for k in changed
         if (k.startswith("model.") or k == "optim.name")
-        and not k.startswith(_PLACEMENT)
+        and not k.startswith(_FREE_MODEL_KEYS)
         and not k.endswith(".weights")
     ]
     if fixed:

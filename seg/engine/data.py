@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import numpy as np
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, DistributedSampler, Subset
 
 from seg.data import IGNORE_INDEX, PadCollate, build_loader
+from seg.distributed import shard
 
 
 class ResumableSampler(DistributedSampler):
@@ -67,13 +67,6 @@ def build_train_loader(
         sampler=sampler,
     )
     return loader, sampler
-
-
-def shard(size: int, rank: int, world_size: int) -> range:
-    """Contiguous part of ``range(size)`` for ``rank``: every index on exactly one rank, no
-    padding (detectron2's InferenceSampler), so summed counts are exact."""
-    bounds = np.linspace(0, size, world_size + 1).round().astype(int)
-    return range(int(bounds[rank]), int(bounds[rank + 1]))
 
 
 def build_val_loader(

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from seg import distributed as du
 from seg.data import IGNORE_INDEX, run_by_size
-from seg.engine import distributed as du
 from seg.metrics import confusion_matrix, metrics_from_confusion
 
 

@@ -20,14 +20,15 @@ import socket
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from seg.config import Config
-from seg.engine import distributed as du
-from seg.engine.run_dir import config_to_dict, default_run_dir, to_config
+from seg import distributed as du
+from seg.config import Config, config_to_dict, to_config
+from seg.engine.run_dir import default_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,11 @@ def needs_launch(devices: str) -> bool:
     return replicas(devices) > 1
 
 
-def launch(cfg: Config) -> dict[str, Any]:
-    """Run ``train(cfg)`` in ``trainer.devices`` local worker processes; rank 0's result."""
+def launch(cfg: Config, train: Callable[[Config], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``train(cfg)`` in ``trainer.devices`` local worker processes; rank 0's result.
+
+    ``train`` (``seg.engine.train.train``, passed in so that the two modules do not import each
+    other) travels to the spawned workers by its qualified name."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     nproc = replicas(cfg.trainer.devices)
@@ -72,14 +76,12 @@ def launch(cfg: Config) -> dict[str, Any]:
     log.info(
         "starting %d replicas with torch elastic; run directory %s", nproc, cfg.trainer.run_dir
     )
-    results = elastic_launch(config, _worker)(config_to_dict(cfg))
+    results = elastic_launch(config, _worker)(config_to_dict(cfg), train)
     return results[0]
 
 
-def _worker(cfg_dict: dict[str, Any]) -> dict[str, Any]:
+def _worker(cfg_dict: dict[str, Any], train: Callable[[Config], dict[str, Any]]) -> dict[str, Any]:
     """One replica started by :func:`launch` (a fresh interpreter: set up logging first)."""
-    from seg.engine.train import train
-
     rank = int(os.environ.get("RANK", 0))
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if rank == 0:

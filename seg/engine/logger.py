@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from seg.engine import distributed as du
+from seg import distributed as du
+from seg.data import pad_batch, run_by_size
+from seg.data.transforms import denormalize
+from seg.evaluation.panels import three_panels
+from seg.fileio import write_text
+from seg.metrics.format import percent
+from seg.models import format_summary, summarize_model
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +126,7 @@ class MetricLogger:
                 if line.strip() and json.loads(line)["step"] <= resume_step
             ]
             # Atomically: a crash here must not lose the history that is kept.
-            tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-            try:
-                tmp.write_text("".join(f"{line}\n" for line in kept))
-                os.replace(tmp, self.path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            write_text(self.path, "".join(f"{line}\n" for line in kept))
         elif self.path.exists():
             self.path.unlink()
         if tensorboard:
@@ -153,8 +153,6 @@ class MetricLogger:
         (B, 3, H, W): one forward pass) as the text ``model/summary``."""
         if self.tb is None:
             return
-        from seg.models import format_summary, summarize_model
-
         table = format_summary(summarize_model(model, input_size))
         # Indented by four spaces: TensorBoard renders text as markdown, this keeps the columns.
         self.tb.add_text("model/summary", "    " + table.replace("\n", "\n    "), step)
@@ -185,9 +183,6 @@ class MetricLogger:
         ``model`` is the plain module (not DDP): only this rank runs it."""
         if self.tb is None or not self.val_samples:
             return
-        from seg.data import pad_batch, run_by_size
-        from seg.data.transforms import denormalize
-        from seg.evaluation.panels import three_panels
 
         images, _ = pad_batch([s["image"] for s in self.val_samples])
         sizes = [s["image"].shape[-2:] for s in self.val_samples]
@@ -225,10 +220,6 @@ class MetricLogger:
             self.tb.close()
 
 
-def _pct(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
-
-
 def format_report(metrics: dict[str, Any], sources: list[str], target: float) -> str:
     """The final table: pixel accuracy, person IoU and mIoU per source and overall, the verdict
     against the pixel-accuracy target, and when the target was first reached."""
@@ -236,12 +227,12 @@ def format_report(metrics: dict[str, Any], sources: list[str], target: float) ->
     lines = [f"{'source':<20} {'pixel acc':>10} {'person IoU':>11} {'mIoU':>8}"]
     for name, prefix in rows:
         acc, iou, miou = (
-            _pct(metrics.get(prefix + k)) for k in ("pixel_acc", "iou_person", "miou")
+            percent(metrics.get(prefix + k)) for k in ("pixel_acc", "iou_person", "miou")
         )
         lines.append(f"{name:<20} {acc:>10} {iou:>11} {miou:>8}")
     acc = metrics.get("val/pixel_acc", float("nan"))
     verdict = "PASS" if acc >= target else "FAIL"
-    lines.append(f"pixel accuracy {_pct(acc)} vs target {_pct(target)}: {verdict}")
+    lines.append(f"pixel accuracy {percent(acc)} vs target {percent(target)}: {verdict}")
     reached = metrics.get("target_reached")
     if reached:
         lines.append(

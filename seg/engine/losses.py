@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seg.config import LossConfig
 from seg.data.io import IGNORE_INDEX
-from seg.engine.config import LossConfig
 
 
 class SegLoss(nn.Module):

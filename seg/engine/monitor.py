@@ -66,7 +66,7 @@ _NOT_HPARAMS = (
     "data.folder.images",
     "data.folder.masks",
     "data.folder.image_extensions",
-    "model.devices",
+    "trainer.column_devices",
     "trainer.devices",
     "trainer.resume",
     "trainer.run_dir",
@@ -75,7 +75,6 @@ _NOT_HPARAMS = (
     "trainer.num_workers",
     "trainer.keep_last",
     "trainer.ckpt_every_steps",
-    "trainer.fault_",
     "logging.",
 )
 

@@ -12,7 +12,7 @@ from torch import nn
 from torch.optim import SGD, AdamW, Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from seg.engine.config import OptimConfig
+from seg.config import OptimConfig
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ at once, naming the holder), and a folder that already holds a run is only conti
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import platform
@@ -24,10 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from seg.config import Config
-from seg.engine import distributed as du
+from seg import distributed as du
+from seg.config import Config, config_to_dict
+from seg.fileio import write_json, write_text
 from seg.locks import LockHeld, file_lock
 
 log = logging.getLogger(__name__)
@@ -47,22 +47,6 @@ RUN_FILES = (
 
 class RunDirError(RuntimeError):
     """The run folder is in use, or holds a run that this one would overwrite."""
-
-
-def to_config(cfg: Config | DictConfig | dict) -> Config:
-    """A typed, validated ``Config`` from a Hydra config, a plain dict (a checkpoint's) or itself.
-
-    Range checks run here (the dataclasses' ``__post_init__``); errors name the key.
-    """
-    if isinstance(cfg, Config):
-        return cfg
-    merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
-
-
-def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """The resolved config as plain dicts, lists and scalars (enums as strings)."""
-    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)
 
 
 def default_run_dir() -> Path:
@@ -175,7 +159,7 @@ def git_commit(repo: Path = REPO_ROOT) -> dict[str, Any]:
 
 def write_run_files(run_dir: Path, cfg: Config, extra: dict[str, Any]) -> None:
     """``config.yaml`` and ``run_info.json`` (rank 0 only; call once the run is set up)."""
-    OmegaConf.save(OmegaConf.create(config_to_dict(cfg)), run_dir / "config.yaml")
+    write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config_to_dict(cfg))))
     info = {
         "git": git_commit(),
         "argv": sys.argv,
@@ -186,10 +170,3 @@ def write_run_files(run_dir: Path, cfg: Config, extra: dict[str, Any]) -> None:
         **extra,
     }
     write_json(run_dir / "run_info.json", info)
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)

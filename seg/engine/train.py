@@ -19,20 +19,20 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seg.config import Config
+from seg import distributed as du
+from seg.checkpoint import load_checkpoint
+from seg.config import Config, config_to_dict, to_config
 from seg.data import save_splits
-from seg.engine import distributed as du
+from seg.devices import resolve_devices
 from seg.engine.build import Parts, seed_everything, setup
 from seg.engine.checkpoint import (
     Checkpointer,
     capture_rng,
     check_resume_config,
     find_resume_checkpoint,
-    load_checkpoint,
 )
 from seg.engine.evaluate import evaluate, scalars, validation_metrics
 from seg.engine.launch import launch, needs_launch, remember_run_dir
@@ -40,16 +40,14 @@ from seg.engine.logger import LossMeter, MetricLogger, format_report
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
 from seg.engine.run_dir import (
     claim_run_dir,
-    config_to_dict,
     decide_run_dir,
     lock_run_dir,
     remove_if_unused,
-    to_config,
-    write_json,
     write_run_files,
 )
-from seg.engine.state import TrainState, maybe_inject_fault
-from seg.models import num_columns, resolve_devices
+from seg.engine.state import Fault, TrainState
+from seg.fileio import write_json
+from seg.models import num_columns
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +59,11 @@ def train(cfg: Config | DictConfig) -> dict[str, Any]:
     """
     cfg = to_config(cfg)
     if needs_launch(cfg.trainer.devices):
-        return launch(cfg)
+        return launch(cfg, train)
     du.export_slurm_environment()
-    devices = resolve_devices(list(cfg.model.devices), num_columns(cfg.model))
+    devices = resolve_devices(
+        cfg.trainer.column_devices, num_columns(cfg.model), key="trainer.column_devices"
+    )
     du.init_distributed(devices, cfg.trainer.dist_timeout_s)
     if not du.is_main_process():  # rank 0 reports progress; the others warnings and errors
         logging.getLogger().setLevel(logging.WARNING)
@@ -172,6 +172,7 @@ def train_one_epoch(
     """Train from pass ``state.batch_in_epoch`` of ``state.epoch`` to the epoch's end or the
     last step; logs every ``logging.log_every`` steps, saves every ``trainer.ckpt_every_steps``."""
     t = cfg.trainer
+    fault = Fault.from_env()  # crash-recovery tests only
     passes = p.steps_per_epoch * t.accumulate
     meter = LossMeter(p.device)
     show = du.is_main_process() and cfg.logging.progress_bar
@@ -192,10 +193,10 @@ def train_one_epoch(
             state.batch_in_epoch += 1
             state.pending_skipped += int(batch["skipped"].sum())
             sync = state.batch_in_epoch % t.accumulate == 0
-            meter.add(_forward_backward(p, batch, sync, t.accumulate), state.step + 1)
+            meter.add(p.forward_backward(batch["image"], batch["mask"], sync), state.step + 1)
             if not sync:
                 continue
-            lr = _optimizer_step(p, t.grad_clip)
+            lr = p.optimizer_step()
             state.step += 1
             bar.update()
             end = state.batch_in_epoch >= passes or state.step >= p.total_steps
@@ -204,38 +205,9 @@ def train_one_epoch(
                 window = _log_train(p, state, meter, writer, bar, window, lr, clock.take())
             if save:
                 save_checkpoint(p, state, cfg, ckpts)
-            maybe_inject_fault(t, state.step)
+            if fault is not None:
+                fault.maybe_inject(state.step)
     bar.close()
-
-
-def _forward_backward(
-    p: Parts, batch: dict, sync: bool, accumulate: int
-) -> dict[str, torch.Tensor]:
-    images = batch["image"].to(p.device, non_blocking=True)
-    masks = batch["mask"].to(p.device, non_blocking=True)
-    # Passes before the last one of a step keep their gradients local: DDP all-reduces once.
-    no_sync = (
-        p.model.no_sync() if isinstance(p.model, DDP) and not sync else contextlib.nullcontext()
-    )
-    with no_sync:
-        with torch.autocast(p.device.type, dtype=p.amp_dtype, enabled=p.amp_dtype is not None):
-            outputs = p.model(images)
-        terms = p.criterion(outputs, masks)
-        p.scaler.scale(terms["loss"] / accumulate).backward()
-    return terms
-
-
-def _optimizer_step(p: Parts, grad_clip: float) -> float:
-    """One optimiser step (unscale, clip, step, schedule); returns the LR it used."""
-    lr = p.optimizer.param_groups[0]["lr"]
-    if grad_clip > 0:
-        p.scaler.unscale_(p.optimizer)
-        torch.nn.utils.clip_grad_norm_(p.model_without_ddp.parameters(), grad_clip)
-    p.scaler.step(p.optimizer)
-    p.scaler.update()
-    p.optimizer.zero_grad(set_to_none=True)
-    p.scheduler.step()
-    return lr
 
 
 def _log_train(

@@ -18,11 +18,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from seg.config import Config
 from seg.data.transforms import build_eval_transform
 from seg.inference.predictor import BAND_VALUES, LogitRestorer, Predictor, build_predictor
+from seg.models import SegmentationModel
 
 
 def _windows(size: int, window: int, stride: int) -> list[int]:
@@ -141,7 +142,7 @@ def scaled_size(eval_size: Sequence[int], scale: float) -> tuple[int, int]:
 
 
 def build_probability_predictor(
-    model: nn.Module,
+    model: SegmentationModel,
     cfg: Config,
     device: str = "auto",
     column_devices: Sequence[str] = (),

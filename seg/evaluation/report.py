@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +15,10 @@ from typing import Any
 
 import torch
 
+from seg.data.io import PERSON
+from seg.fileio import write_text
 from seg.metrics import SegMetrics
+from seg.metrics.format import percent, ratio
 
 CSV_COLUMNS = (
     "name",
@@ -46,11 +48,6 @@ SUMMARY_KEYS = (
     "bf_5",
     "boundary_iou",
 )
-PERSON = 1
-
-
-def _ratio(num: int, den: int) -> float:
-    return num / den if den > 0 else float("nan")
 
 
 def image_row(
@@ -77,9 +74,9 @@ def image_row(
         "tp": tp,
         "fp": fp,
         "fn": fn,
-        "pixel_acc": _ratio(correct, pixels),
-        "iou": _ratio(tp, tp + fp + fn),
-        "person_fraction": _ratio(tp + fn, pixels),
+        "pixel_acc": ratio(correct, pixels),
+        "iou": ratio(tp, tp + fp + fn),
+        "person_fraction": ratio(tp + fn, pixels),
         "bf_2": stats.get("bf_2", float("nan")),
         "bf_5": stats.get("bf_5", float("nan")),
     }
@@ -106,14 +103,8 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     writer.writerow(CSV_COLUMNS)
     for row in rows:
         writer.writerow([_cell(row[c]) for c in CSV_COLUMNS])
-    _write_text(path, buffer.getvalue())
+    write_text(path, buffer.getvalue())
     return path
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def json_safe(obj: Any) -> Any:
@@ -152,10 +143,6 @@ def gallery_name(rank: int, k: int, source: str, name: str) -> str:
     return f"{rank:0{width}d}_{source}_{safe}.png"
 
 
-def _pct(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
-
-
 def format_table(result: dict[str, Any]) -> str:
     """Per source and overall: images, pixel accuracy, person IoU, mIoU, Dice, BF, Boundary
     IoU; then ``pixel accuracy X% vs target T%: PASS/FAIL``."""
@@ -172,12 +159,12 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [head]
     rows = [*result["per_source"].items(), ("all", result["overall"])]
     for name, m in rows:
-        values = " ".join(f"{_pct(_nan(m[k])):>10}" for k, _ in cols)
+        values = " ".join(f"{percent(_nan(m[k])):>10}" for k, _ in cols)
         lines.append(f"{name:<18} {m['images']:>6} {values}")
     acc = _nan(result["overall"]["pixel_acc"])
     target = result["target_pixel_acc"]
     verdict = "PASS" if result["pass"] else "FAIL"
-    lines.append(f"pixel accuracy {_pct(acc)} vs target {100 * target:.4g}%: {verdict}")
+    lines.append(f"pixel accuracy {percent(acc)} vs target {100 * target:.4g}%: {verdict}")
     return "\n".join(lines)
 
 

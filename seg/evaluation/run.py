@@ -5,7 +5,7 @@ Each image goes through the checkpoint's eval preset, the model, and back to its
 (``seg.evaluation.inference``); its prediction is scored against the full-resolution mask
 (ignore pixels excluded) in an accumulator of its own, which gives its ``per_image.csv`` row and
 is then added to its source's. Under torchrun every rank scores a contiguous shard of the images
-(``seg.engine.data.shard``: each image exactly once) and the integer counts are summed across
+(``seg.distributed.shard``: each image exactly once) and the integer counts are summed across
 ranks (``SegMetrics.reduce_``) before any ratio is taken; rank 0 writes the outputs.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from seg.config import Config, DataConfig, DatasetName
+from seg import distributed as du
+from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
+from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig, check_eval_config
 from seg.data.download import resolve_data_root
-from seg.engine import distributed as du
-from seg.engine.checkpoint import checkpoint_file, load_model_from_checkpoint
-from seg.engine.data import shard
-from seg.engine.run_dir import write_json
-from seg.evaluation.config import EvalConfig, TTAKind, check_eval_config
+from seg.distributed import shard
 from seg.evaluation.data import Item, list_items, raw_loader
 from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.panels import four_panels
@@ -41,8 +38,10 @@ from seg.evaluation.report import (
     worst_rows,
     write_csv,
 )
+from seg.fileio import write_json
 from seg.inference.media import write_image
 from seg.metrics import SegMetrics
+from seg.metrics.format import percent
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +107,6 @@ def _reduce(totals: dict[str, SegMetrics], device: torch.device) -> None:
         totals[name].reduce_(sum_)
 
 
-def _device(device: str) -> str:
-    """Under torchrun, ``auto``/``cuda`` become this rank's GPU."""
-    if du.world_size() == 1 and int(os.environ.get("WORLD_SIZE", 1)) == 1:
-        return device
-    if device in ("auto", "cuda") and torch.cuda.is_available():
-        return f"cuda:{du.local_rank() % torch.cuda.device_count()}"
-    return "cpu" if device == "auto" else device
-
-
 def write_gallery(
     predictor: ProbabilityPredictor,
     items: list[Item],
@@ -135,15 +125,12 @@ def write_gallery(
         item = items[row["index"]]
         image, truth = item.dataset.load_raw(item.position)
         pred = (predictor.labels([image])[0] == 1).numpy()
-        text = f"{item.source}/{item.name}  IoU {_fmt(row['iou'])}  acc {_fmt(row['pixel_acc'])}"
+        iou, acc = percent(row["iou"], 1), percent(row["pixel_acc"], 1)
+        text = f"{item.source}/{item.name}  IoU {iou}  acc {acc}"
         panels = four_panels(image, truth, pred, text, cfg.worst_height)
         path = folder / gallery_name(rank, cfg.worst, item.source, item.name)
         written.append(write_image(path, panels))
     return written
-
-
-def _fmt(x: float) -> str:
-    return "n/a" if math.isnan(x) else f"{100 * x:.1f}%"
 
 
 def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
@@ -236,15 +223,15 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     predictor = build_probability_predictor(
         model,
         train_cfg,
-        _device(cfg.device),
+        cfg.device,
         cfg.column_devices,
-        TTAKind.flip in cfg.tta,
+        TTA.flip in cfg.tta,
         cfg.scales,
         cfg.slide.window,
         cfg.slide.stride,
     )
     owns_group = not du.is_distributed()  # a caller's process group is left alone
-    du.init_distributed(list(getattr(predictor.predictors[0].model, "devices", [predictor.device])))
+    du.init_distributed(predictor.predictors[0].model.devices)
     try:
         mine = [items[i] for i in shard(len(items), du.rank(), du.world_size())]
         log.info(

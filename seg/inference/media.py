@@ -7,15 +7,15 @@ one, never a truncated image or video.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
 import numpy as np
+
+from seg.fileio import atomic_path, temp_beside
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg")
@@ -64,33 +64,6 @@ def _check_unique_stems(paths: list[Path]) -> None:
                 f"{seen[p.stem]} and {p} would write the same outputs ({p.stem}_*): rename one"
             )
         seen[p.stem] = p
-
-
-def temp_beside(final: Path) -> Path:
-    """A new hidden temporary file in ``final``'s folder, with the same suffix (OpenCV picks
-    the format from it); renaming it over ``final`` is then atomic."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=final.suffix, dir=final.parent)
-    os.close(fd)
-    # mkstemp makes the file private (0600); outputs get the usual permissions instead.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    return Path(tmp)
-
-
-@contextlib.contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; rename it over ``final`` on success.
-
-    On an exception the temporary file is removed and ``final`` is left as it was.
-    """
-    tmp = temp_beside(final)
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def write_image(path: Path, array: np.ndarray, jpeg_quality: int = 95) -> Path:

@@ -16,14 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from seg.config import Config
 from seg.data.batching import pad_batch, run_by_size
+from seg.data.io import PERSON
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
-from seg.models.devices import resolve_devices
+from seg.devices import resolve_devices
+from seg.models import SegmentationModel
 
-PERSON = 1  # class index of "person" in the logits (0 is background)
 # Values (classes x rows x width) of full-size logits worked on at once: 16 M floats, 64 MB.
 BAND_VALUES = 1 << 24
 
@@ -34,36 +35,6 @@ class Prediction:
 
     mask: np.ndarray  # bool (H, W): person where the person logit is the largest
     prob: np.ndarray  # float32 (H, W) in [0, 1]: softmax probability of person
-
-
-def auto_device() -> torch.device:
-    """cuda if a GPU is visible, else mps (Apple) if available, else cpu."""
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def inference_devices(
-    device: str, n_columns: int, column_devices: Sequence[str] = ()
-) -> list[torch.device]:
-    """One device per model column: all on ``device``, or ``column_devices`` when given.
-
-    ``device``: ``auto`` (:func:`auto_device`), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-    ``column_devices`` (e.g. ``["cuda:0", "cuda:1"]``) splits a multi-column model over GPUs
-    as in training. Errors name the device and what is available.
-    """
-    names = [str(d) for d in column_devices]
-    if not names:
-        if device == "auto":
-            return [auto_device()] * n_columns
-        names = [device] * n_columns
-    if any(n.startswith("cuda") for n in names) and not torch.cuda.is_available():
-        raise ValueError(f"device {names} requested but no CUDA device is visible; use auto")
-    # resolve_devices checks the count and that each device exists, naming it in its errors.
-    return resolve_devices(names, n_columns)
 
 
 class LogitRestorer:
@@ -126,7 +97,7 @@ class Predictor:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: SegmentationModel,
         transform: Callable[..., dict],
         eval_size: tuple[int, int],
         tta: bool = False,
@@ -135,7 +106,7 @@ class Predictor:
         self.transform = transform
         self.eval_size = eval_size
         self.tta = tta
-        self.device = getattr(model, "devices", [torch.device("cpu")])[0]
+        self.device = model.devices[0]
 
     def logits(self, batch: Tensor) -> Tensor:
         """Normalised (B, 3, h, w) -> float32 logits (B, K, h, w)."""
@@ -192,24 +163,20 @@ class Predictor:
 
 
 def build_predictor(
-    model: nn.Module,
+    model: SegmentationModel,
     cfg: Config,
     device: str = "auto",
     tta: bool = False,
     column_devices: Sequence[str] = (),
 ) -> Predictor:
-    """Place ``model`` on ``device`` (see :func:`inference_devices`), with ``cfg``'s eval preset.
+    """Place ``model`` on ``device`` (``auto``: a GPU, else Apple's MPS, else the CPU; see
+    ``seg.devices.resolve_devices``), or its columns on ``column_devices`` when given (e.g.
+    ``["cuda:0", "cuda:1"]``, as in training); with ``cfg``'s eval preset.
 
     ``cfg`` is the training config the model was trained with (a checkpoint carries it): its
     ``aug.eval_size``, mean and std define the input the model expects.
     """
-    n_columns = getattr(model, "num_columns", 1)
-    devices = inference_devices(device, n_columns, column_devices)
-    place = getattr(model, "place", None)
-    if place is not None:
-        model = place(devices)
-    else:  # a plain nn.Module: one device
-        model = model.to(devices[0])
-        model.devices = devices[:1]
+    spec, key = (list(column_devices), "column_devices") if column_devices else (device, "device")
+    model.place(resolve_devices(spec, model.num_columns, key=key, mps=True))
     eval_size = check_aug_config(cfg.aug).eval_size
     return Predictor(model, build_eval_transform(cfg.aug), eval_size, tta=tta)

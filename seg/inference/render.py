@@ -14,8 +14,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from seg.config import AlphaMode, OutputKind
 from seg.data.io import read_image
-from seg.inference.config import AlphaMode, OutputKind
 from seg.inference.predictor import Prediction
 
 BAND_PIXELS = 1 << 20  # pixels blended at once in float32 (composite, cutout)

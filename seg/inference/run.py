@@ -16,10 +16,9 @@ import numpy as np
 from torch import nn
 from tqdm import tqdm
 
-from seg.config import BadSamplePolicy, Config
+from seg.config import TTA, BadSamplePolicy, Config, OutputKind, PredictConfig, check_predict_config
 from seg.data.batching import pixel_batches
 from seg.data.io import BadSampleError, header_pixels, read_image
-from seg.inference.config import TTA, OutputKind, PredictConfig, check_predict_config
 from seg.inference.media import (
     UnreadableVideo,
     VideoWriter,
@@ -188,9 +187,9 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     spec = build_output_spec(cfg)
     for video in inputs.videos:  # fail before any work is done
         check_video_outputs(video, spec.kinds)
-    tta = cfg.tta is TTA.flip
+    tta = TTA.flip in cfg.tta
     predictor = build_predictor(model, train_cfg, cfg.device, tta, cfg.column_devices)
-    log.info("predicting on %s (tta=%s)", predictor.device, cfg.tta.value)
+    log.info("predicting on %s (tta=%s)", predictor.device, [t.value for t in cfg.tta])
     summary = predict_images(
         predictor, inputs.images, spec, cfg.batch_size, cfg.on_bad_input, cfg.progress
     )

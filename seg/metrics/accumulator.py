@@ -21,10 +21,7 @@ from seg.metrics.boundary import (
     fscore_from_counts,
 )
 from seg.metrics.confusion import confusion_matrix, metrics_from_confusion
-
-
-def _ratio(num: float, den: float) -> float:
-    return num / den if den > 0 else float("nan")
+from seg.metrics.format import ratio
 
 
 def per_image_stats(
@@ -61,9 +58,9 @@ def per_image_stats(
         "tp": tp,
         "fp": fp,
         "fn": fn,
-        "pixel_acc": _ratio(correct, pixels),
-        "iou_person": _ratio(tp, tp + fp + fn),
-        "person_fraction": _ratio(tp + fn, pixels),
+        "pixel_acc": ratio(correct, pixels),
+        "iou_person": ratio(tp, tp + fp + fn),
+        "person_fraction": ratio(tp + fn, pixels),
     }
     tolerances = list(boundary_tolerances)
     counts = boundary_counts_multi(p, t, valid, tolerances)
@@ -73,7 +70,7 @@ def per_image_stats(
         inter, union = boundary_iou_counts_np(
             p, t, valid, dilation_for(p.shape, boundary_iou_ratio)
         )
-        stats["boundary_iou"] = _ratio(inter, union)
+        stats["boundary_iou"] = ratio(inter, union)
     return stats
 
 
@@ -187,5 +184,5 @@ class SegMetrics:
             out[f"bf_{tol}"] = fscore_from_counts(*row)["f"]
         if self.boundary_iou_ratio is not None:
             inter, union = self.boundary_iou.cpu().tolist()
-            out["boundary_iou"] = _ratio(inter, union)
+            out["boundary_iou"] = ratio(inter, union)
         return out

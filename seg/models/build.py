@@ -8,6 +8,7 @@ from enum import Enum
 
 import torch
 
+from seg.config import ModelConfig
 from seg.models.backbones import (
     BACKBONES,
     IMAGENET_MEAN,
@@ -16,8 +17,6 @@ from seg.models.backbones import (
     imagenet_weights,
     load_backbone_weights,
 )
-from seg.models.config import ModelConfig
-from seg.models.devices import resolve_devices
 from seg.models.layers import SegmentationModel
 from seg.models.multicolumn import BackboneColumn, ColumnSpec, MultiColumnSegNet
 from seg.models.torchvision_models import TorchvisionSegNet, build_torchvision_net
@@ -31,7 +30,7 @@ def _value(x: object) -> str:
     return x.value if isinstance(x, Enum) else str(x)
 
 
-def _multicolumn(cfg: ModelConfig) -> SegmentationModel:
+def _multicolumn(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
     columns = [
         ColumnSpec(
             name=str(c.name),
@@ -54,7 +53,7 @@ def _multicolumn(cfg: ModelConfig) -> SegmentationModel:
         aux_heads=cfg.aux_heads,
         channels_last=cfg.channels_last,
     )
-    if cfg.pretrained:
+    if pretrained:
         for column, c in zip(model.columns, cfg.columns, strict=True):
             if isinstance(column, BackboneColumn):
                 state, source = imagenet_weights(column.backbone, str(c.weights))
@@ -69,18 +68,18 @@ def _multicolumn(cfg: ModelConfig) -> SegmentationModel:
     return model
 
 
-def _unet(cfg: ModelConfig) -> SegmentationModel:
+def _unet(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
     if cfg.aux_heads:
         raise ValueError("the UNet baseline has no auxiliary heads; set model.aux_heads=false")
     return UNet(list(cfg.unet.widths), cfg.num_classes, channels_last=cfg.channels_last)
 
 
-def _torchvision(cfg: ModelConfig) -> SegmentationModel:
-    net = build_torchvision_net(_value(cfg.name), cfg.num_classes, cfg.aux_heads, cfg.pretrained)
+def _torchvision(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
+    net = build_torchvision_net(_value(cfg.name), cfg.num_classes, cfg.aux_heads, pretrained)
     return TorchvisionSegNet(net, channels_last=cfg.channels_last)
 
 
-MODELS: dict[str, Callable[[ModelConfig], SegmentationModel]] = {
+MODELS: dict[str, Callable[[ModelConfig, bool], SegmentationModel]] = {
     "multicolumn": _multicolumn,
     "unet": _unet,
     "lraspp_mobilenet_v3_large": _torchvision,
@@ -107,16 +106,17 @@ def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
 
 
 def num_columns(cfg: ModelConfig) -> int:
-    """How many devices ``cfg.devices`` must list (unless ``["auto"]``): one per column."""
+    """How many columns (devices for ``model.place``) the model of ``cfg`` has."""
     return len(cfg.columns) if _value(cfg.name) == "multicolumn" else 1
 
 
-def build_model(cfg: ModelConfig) -> SegmentationModel:
-    """Build the model ``cfg.name`` and put its columns on ``cfg.devices`` (see ``devices.py``).
+def build_model(cfg: ModelConfig, pretrained: bool | None = None) -> SegmentationModel:
+    """Build the model ``cfg.name`` on the CPU; ``model.place(devices)`` moves it.
 
-    Returns a module with ``forward(x) -> {"out": (B,K,H,W), "aux": [...]}`` whose inputs go
-    to ``model.devices[0]``. Raises ``ValueError`` naming the bad value for an unknown name,
-    an inconsistent column layout or unavailable devices.
+    ``pretrained``: load the ImageNet weights ``cfg.pretrained`` asks for (None, the default),
+    or not (False: the weights come from elsewhere, e.g. a checkpoint; nothing is read or
+    downloaded). Returns a module with ``forward(x) -> {"out": (B,K,H,W), "aux": [...]}``.
+    Raises ``ValueError`` naming the bad value for an unknown name or an inconsistent layout.
     """
     name = _value(cfg.name)
     if name not in MODELS:
@@ -130,9 +130,7 @@ def build_model(cfg: ModelConfig) -> SegmentationModel:
             "model.pretrained=true: no column of this multicolumn model has a backbone; give one "
             f"(model.columns[j].backbone, one of {sorted(BACKBONES)}) or set model.pretrained=false"
         )
-    # Devices first: a bad device list fails before a large model is built.
-    devices = resolve_devices(list(cfg.devices), num_columns(cfg))
-    model = MODELS[name](cfg)
+    model = MODELS[name](cfg, cfg.pretrained if pretrained is None else pretrained)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    return model.place(devices)
+    return model

@@ -51,7 +51,8 @@ class SegmentationModel(nn.Module):
     """Contract of every model: ``forward(x (B,3,H,W)) -> {"out": (B,K,H,W), "aux": [...]}``.
 
     ``aux`` holds auxiliary logits at the input size in training mode and is empty in eval mode.
-    Subclasses whose parts live on several devices override :meth:`place`.
+    A model is built on the CPU; :meth:`place` moves it (``devices``: one per column, inputs go
+    to ``devices[0]``). Subclasses whose parts live on several devices override it.
     """
 
     def __init__(self, channels_last: bool) -> None:

@@ -32,7 +32,7 @@ EXCHANGE_MODES = ("concat", "sum")
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """Shape of one column: see ``seg.models.config.ColumnConfig``."""
+    """Shape of one column: see ``seg.config.ColumnConfig``."""
 
     name: str
     input_scale: float
@@ -288,6 +288,7 @@ class MultiColumnSegNet(SegmentationModel):
                 )
                 for spec in columns
             )
+        self.devices = [torch.device("cpu")] * len(columns)  # built on the CPU: see place()
 
     def _extra_in(self, j: int, num_stages: int, backbone: bool = False) -> tuple[int, ...]:
         """Channels that the other columns add to column j's stage inputs (concat exchange;

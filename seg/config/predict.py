@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TypeVar
 
 from omegaconf import MISSING
 
-from seg.config import BadSamplePolicy
-
-T = TypeVar("T")
+from seg.config.compose import compose_options
+from seg.config.data import BadSamplePolicy
+from seg.config.evaluate import TTA
 
 
 class OutputKind(str, Enum):
@@ -32,11 +31,6 @@ class AlphaMode(str, Enum):
     soft = "soft"  # alpha = person probability: smooth edges, semi-transparent where unsure
 
 
-class TTA(str, Enum):
-    none = "none"
-    flip = "flip"  # average the logits of the image and of its horizontal mirror
-
-
 @dataclass
 class PredictConfig:
     checkpoint: str = MISSING  # a checkpoint written by the training engine
@@ -48,7 +42,7 @@ class PredictConfig:
     # One device per column ([cuda:0,cuda:1]) to split a multi-column model over GPUs as in
     # training; empty: the whole model on `device`.
     column_devices: list[str] = field(default_factory=list)
-    tta: TTA = TTA.none
+    tta: list[TTA] = field(default_factory=list)  # [] or [flip]: twice the compute
     alpha: AlphaMode = AlphaMode.hard  # of cutout, blur and replace
     # replace: an image file (resized to cover each image, centre-cropped) or a colour:
     # a name (green, white, ...), "#RRGGBB" or "R,G,B".
@@ -90,28 +84,6 @@ def check_predict_config(cfg: PredictConfig) -> None:
 
 def _names(enum: type[Enum]) -> str:
     return "[" + ", ".join(m.value for m in enum) + "]"
-
-
-def compose_options(schema: type[T], name: str, overrides: list[str]) -> T:
-    """Hydra-style ``key=value`` overrides on the dataclass ``schema`` -> a typed instance.
-
-    For scripts whose options are not the training config (predict, export). Raises Hydra's
-    errors naming unknown keys, bad types and missing mandatory values (``???``).
-    """
-    from hydra import compose, initialize
-    from hydra.core.config_store import ConfigStore
-    from hydra.errors import ConfigCompositionException
-    from omegaconf import OmegaConf
-
-    ConfigStore.instance().store(name=name, node=schema)
-    with initialize(version_base="1.3", config_path=None):
-        try:
-            raw = compose(config_name=name, overrides=list(overrides))
-        except ConfigCompositionException as err:
-            # Hydra's own message ("Error merging override ...") hides the reason in its cause.
-            reason = str(err.__cause__).splitlines()[0] if err.__cause__ else ""
-            raise ConfigCompositionException(f"{err} ({reason})" if reason else str(err)) from err
-    return OmegaConf.to_object(raw)  # type: ignore[return-value]
 
 
 def compose_predict_config(overrides: list[str]) -> PredictConfig:

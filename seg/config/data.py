@@ -1,4 +1,4 @@
-"""Typed (structured) configs: Hydra validates every YAML file and override against these.
+"""Schemas of the data and augmentation groups (``configs/data/``, ``configs/aug/``).
 
 A typo (``data.nmae=...``) or a bad value (``data.on_bad_sample=maybe``) fails when the config
 is composed, with a message that names the key and, for enums, the valid choices.
@@ -9,12 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
-
-from hydra.core.config_store import ConfigStore
-
-from seg.engine.config import LoggingConfig, LossConfig, OptimConfig, TrainerConfig
-from seg.models.config import ModelConfig
 
 
 class DatasetName(str, Enum):
@@ -131,39 +125,3 @@ class AugConfig:
     mask_fill: int = 255  # value of mask pixels they bring in (255 = ignore, 0 = background)
     mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
     std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
-
-
-@dataclass
-class Config:
-    data: DataConfig = field(default_factory=DataConfig)
-    aug: AugConfig = field(default_factory=AugConfig)
-    seed: int = 0
-    model: ModelConfig = field(default_factory=ModelConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-
-
-def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore (called by entry points and tests)."""
-    cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
-
-
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-
-
-def compose_config(overrides: list[str] | None = None, config_name: str = "train") -> Config:
-    """Compose ``configs/<config_name>.yaml`` with Hydra overrides into a typed ``Config``.
-
-    For scripts and tests that don't run under ``@hydra.main``; bad keys or values raise
-    Hydra's ``ConfigCompositionException`` naming them.
-    """
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name=config_name, overrides=list(overrides or []))
-    return OmegaConf.to_object(cfg)  # type: ignore[return-value]

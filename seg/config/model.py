@@ -5,9 +5,11 @@ reads these objects; the modules take plain typed arguments.
 
 Which fields each model reads:
   - ``multicolumn``: everything except ``unet``;
-  - ``unet``: ``unet``, ``num_classes``, ``devices``, ``channels_last``;
-  - torchvision baselines: ``num_classes``, ``aux_heads``, ``pretrained``, ``devices``,
-    ``channels_last``.
+  - ``unet``: ``unet``, ``num_classes``, ``channels_last``;
+  - torchvision baselines: ``num_classes``, ``aux_heads``, ``pretrained``, ``channels_last``.
+
+A description says what the model is, not where it runs: placement is the caller's option
+(``trainer.column_devices``, evaluation's and prediction's ``device`` / ``column_devices``).
 """
 
 from __future__ import annotations
@@ -80,9 +82,6 @@ class ModelConfig:
     aux_heads: bool = False
     aux_weight: float = 0.4
     unet: UNetConfig = field(default_factory=UNetConfig)
-    # One device per column ("cpu", "cuda:1", ...) or ["auto"]: one column per visible GPU
-    # when there are enough (per torchrun replica), else everything on one device.
-    devices: list[str] = field(default_factory=lambda: ["auto"])
     # Load ImageNet weights into the backbones: the columns that name one (their ``weights``),
     # or a torchvision baseline's (torchvision's weights API). False: random initialisation.
     pretrained: bool = False

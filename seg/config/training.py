@@ -1,4 +1,5 @@
-"""Typed configs of the training engine: trainer, optimiser, loss, logging (no torch import).
+"""Schemas of training: trainer, optimiser, loss, logging, and the root ``Config`` that
+``configs/train.yaml`` composes (every group in one object).
 
 Hydra checks types and enum values when it composes the config; the range checks below run when
 the config becomes a typed object (``OmegaConf.to_object``, done first thing by ``train``), so a
@@ -11,6 +12,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from seg.config.data import AugConfig, DataConfig
+from seg.config.model import ModelConfig
+
+# The case study's accuracy: training reports when validation pixel accuracy first reaches it.
+TARGET_PIXEL_ACC = 0.88
 PRECISIONS = ("32", "bf16", "16", "auto")
 
 
@@ -23,11 +29,6 @@ class ScheduleName(str, Enum):
     poly = "poly"  # (1 - t)^power, as in DeepLab and torchvision's segmentation recipe
     cosine = "cosine"
     constant = "constant"
-
-
-class FaultKind(str, Enum):
-    exit = "exit"  # os._exit(1): the process dies at once, as a crashed worker does
-    exception = "exception"  # raise InjectedFault (in-process tests)
 
 
 def _check(ok: bool, key: str, value: Any, expected: str) -> None:
@@ -48,6 +49,11 @@ class TrainerConfig:
     # visible GPU, 1 on CPU). Ignored under torchrun, which decides.
     devices: str = "1"
     max_restarts: int = 0  # with devices > 1: restarts of all workers after a failure
+    # Where each replica's model columns run: auto (one visible GPU per column when there are
+    # enough for every replica on this node, else the replica's GPU, else the CPU), one device
+    # for all columns ([cuda:1], [cpu]), or one per column ([cuda:0,cuda:1]): the case study's
+    # layout, each GPU carrying one column (docs/training.md, "Many devices").
+    column_devices: list[str] = field(default_factory=lambda: ["auto"])
     sync_bn: bool = True  # SyncBatchNorm when there is more than one replica (CUDA only)
     deterministic: bool = False  # torch.use_deterministic_algorithms, no cuDNN autotuning
     # torch.compile the model in place (nn.Module.compile: checkpoints keep their keys). Pays
@@ -57,7 +63,7 @@ class TrainerConfig:
     eval_every: int = 1  # validate every N epochs (and at the end); 0 = only at the end
     eval_batch_size: int = 8
     val_split: str = "val"
-    target_pixel_acc: float = 0.88
+    target_pixel_acc: float = TARGET_PIXEL_ACC
     stop_at_target: bool = False
     # Overall validation metric (higher is better) that picks best.pt. Person IoU, not pixel
     # accuracy: with most pixels background, accuracy rewards missing small people.
@@ -68,11 +74,6 @@ class TrainerConfig:
     run_dir: str | None = None  # default: Hydra's output directory, else outputs/<time>
     overwrite: bool = False  # a new run may replace the run already in run_dir (else refused)
     dist_timeout_s: int = 1800
-    # Fault injection for the crash-recovery test: at this step, on this rank, on the first
-    # attempt only (TORCHELASTIC_RESTART_COUNT=0). -1 = off.
-    fault_at_step: int = -1
-    fault_rank: int = 0
-    fault_kind: FaultKind = FaultKind.exit
 
     def __post_init__(self) -> None:
         for key in ("epochs", "batch_size", "accumulate", "eval_batch_size", "dist_timeout_s"):
@@ -110,7 +111,6 @@ class TrainerConfig:
         _check(
             self.val_split in ("val", "test"), "trainer.val_split", self.val_split, "val or test"
         )
-        _check(self.fault_rank >= 0, "trainer.fault_rank", self.fault_rank, "a rank >= 0")
 
 
 @dataclass
@@ -219,3 +219,17 @@ class LoggingConfig:
     def __post_init__(self) -> None:
         _check(self.log_every >= 1, "logging.log_every", self.log_every, "an integer >= 1")
         _check(self.val_images >= 0, "logging.val_images", self.val_images, "an integer >= 0")
+
+
+@dataclass
+class Config:
+    """What ``scripts/train.py`` runs: one typed object per config group."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    aug: AugConfig = field(default_factory=AugConfig)
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)

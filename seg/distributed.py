@@ -14,6 +14,7 @@ import logging
 import os
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -53,21 +54,20 @@ def restart_count() -> int:
     return max(elastic, int(os.environ.get("SLURM_RESTART_COUNT", 0)))
 
 
-def export_slurm_environment() -> bool:
+def export_slurm_environment() -> None:
     """Under a submitit job with several tasks (SLURM, or submitit's local executor), set
     torchrun's variables from it.
 
     Every task is one replica (``tasks_per_node`` = replicas per node). ``CUDA_VISIBLE_DEVICES``
-    is left alone, so that a replica may own several GPUs (``model.devices``). Returns whether
-    anything was exported.
+    is left alone, so that a replica may own several GPUs (``trainer.column_devices``).
     """
     if "RANK" in os.environ or os.environ.get("SUBMITIT_EXECUTOR") not in ("slurm", "local"):
-        return False
+        return
     from submitit import JobEnvironment
     from submitit.helpers import TorchDistributedEnvironment
 
     if JobEnvironment().num_tasks <= 1:
-        return False
+        return
     env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     log.info(
         "submitit task %d of %d, master %s:%d",
@@ -76,7 +76,6 @@ def export_slurm_environment() -> bool:
         env.master_addr,
         env.master_port,
     )
-    return True
 
 
 def init_distributed(devices: list[torch.device], timeout_s: int = 1800) -> None:
@@ -155,3 +154,10 @@ def all_gather_object(obj: Any) -> list[Any]:
     out: list[Any] = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def shard(size: int, rank: int, world_size: int) -> range:
+    """Contiguous part of ``range(size)`` for ``rank``: every index on exactly one rank, no
+    padding (detectron2's InferenceSampler), so summed counts are exact."""
+    bounds = np.linspace(0, size, world_size + 1).round().astype(int)
+    return range(int(bounds[rank]), int(bounds[rank + 1]))

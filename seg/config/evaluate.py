@@ -14,13 +14,16 @@ from enum import Enum
 
 from omegaconf import MISSING
 
-from seg.config import CONFIG_DIR, DataConfig
+from seg.config.compose import compose
+from seg.config.data import DataConfig
 
 SPLITS = ("train", "val", "test", "all")  # all: every pair of the dataset, whatever its split
 
 
-class TTAKind(str, Enum):
-    flip = "flip"  # average with the horizontally mirrored input
+class TTA(str, Enum):
+    """Test-time augmentations of evaluation and prediction (``tta=[flip]``)."""
+
+    flip = "flip"  # average the logits of the image and of its horizontal mirror
 
 
 @dataclass
@@ -50,7 +53,7 @@ class EvalConfig:
     # [H, W] model input for portrait images (bounds of the long and short side: landscape ones
     # get the transpose); null = the checkpoint's aug.eval_size
     eval_size: list[int] | None = None
-    tta: list[TTAKind] = field(default_factory=list)  # [] or [flip]
+    tta: list[TTA] = field(default_factory=list)  # [] or [flip]
     scales: list[float] = field(default_factory=lambda: [1.0])  # of eval_size; softmax averaged
     slide: SlideConfig = field(default_factory=SlideConfig)
     worst: int = 16  # K: images in the worst-cases gallery (0 = none)
@@ -116,11 +119,6 @@ def compose_eval_config(overrides: list[str]) -> EvalConfig:
 
     Raises Hydra's errors naming unknown keys, bad types and a missing ``checkpoint``.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.config_store import ConfigStore
-    from hydra.errors import ConfigCompositionException
-    from omegaconf import OmegaConf
-
     given = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     if any(k.startswith("data.") for k in given) and "data" not in given:
         raise ValueError(
@@ -128,14 +126,6 @@ def compose_eval_config(overrides: list[str]) -> EvalConfig:
             "well: give data=NAME first (e.g. data=folder data.root=PATH); without data=NAME "
             "the checkpoint's data is evaluated as it was configured"
         )
-    ConfigStore.instance().store(name="eval_config", node=EvalConfig)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        try:
-            raw = compose(config_name="evaluate", overrides=list(overrides))
-        except ConfigCompositionException as err:
-            # Hydra's own message ("Error merging override ...") hides the reason in its cause.
-            reason = str(err.__cause__).splitlines()[0] if err.__cause__ else ""
-            raise ConfigCompositionException(f"{err} ({reason})" if reason else str(err)) from err
-    cfg = OmegaConf.to_object(raw)
-    check_eval_config(cfg)  # type: ignore[arg-type]
-    return cfg  # type: ignore[return-value]
+    cfg = compose("evaluate", overrides, schemas={"eval_config": EvalConfig})
+    check_eval_config(cfg)
+    return cfg

@@ -1,0 +1,94 @@
+"""Checkpoint files: writing one whole, finding one from a path, reading one safely, and
+rebuilding the model it holds (for evaluation, prediction and export as for training).
+
+A checkpoint is a dict of tensors, numbers, strings, lists and dicts only (the resolved config
+included), so ``torch.load(weights_only=True)`` reads it and it rebuilds its model on its own:
+``{"model", "optimizer", "scheduler", "scaler", "epoch", "step", "batch_in_epoch",
+"rng": [per rank], "config", "metrics", "best", "target", "elapsed_s"}``. What only training
+needs (``last`` / ``best`` / keep-N, RNG states, resume) is ``seg.engine.checkpoint``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from seg.config import Config, to_config
+from seg.fileio import atomic_path
+from seg.models import build_model
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing, damaged or not one of this project's."""
+
+
+def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it into place, so a crash
+    mid-write never leaves a truncated ``path``."""
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def checkpoint_file(path: str | Path, name: str = "best.pt") -> Path:
+    """The checkpoint that ``path`` names: a file as it is; a run folder: its
+    ``checkpoints/<name>``; a ``checkpoints/`` folder: its ``<name>``. A folder without it
+    raises :class:`CheckpointError` listing the checkpoints it has."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        return path
+    for candidate in (path / "checkpoints" / name, path / name):
+        if candidate.is_file():
+            return candidate
+    found = [*path.glob("*.pt"), *path.glob("checkpoints/*.pt")]
+    have = sorted(p.name for p in found if not p.name.startswith("."))  # not temporary files
+    raise CheckpointError(
+        f"{path} is a directory without checkpoints/{name}"
+        + (f" (it has {', '.join(have)}: name one of them)" if have else " (no checkpoint in it)")
+    )
+
+
+def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """Read a checkpoint onto the CPU with ``weights_only=True``; errors name the file.
+
+    ``mmap=True`` maps the tensors instead of reading them: a cheap check that the file is a
+    whole, readable checkpoint (its structure is unpickled, its data not read).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # torch's unpicklers raise many kinds on damaged bytes
+        raise CheckpointError(
+            f"cannot read checkpoint {path} ({type(err).__name__}: {err}); the file is damaged, "
+            "truncated or not a checkpoint of this project"
+        ) from err
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+        raise CheckpointError(f"{path} is not a checkpoint of this project (no model/config)")
+    return ckpt
+
+
+def load_model_from_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[nn.Module, Config]:
+    """Rebuild the model a checkpoint was trained with, every column on ``device``, in eval mode.
+
+    ``path``: a checkpoint file or a run folder (its ``checkpoints/best.pt``). Returns
+    ``(model, cfg)``, ``cfg`` the typed config stored in the checkpoint. For evaluation,
+    prediction and export; raises :class:`CheckpointError` naming the file.
+    """
+    path = checkpoint_file(path)
+    ckpt = load_checkpoint(path)
+    try:
+        cfg = to_config(ckpt["config"])
+    except Exception as err:
+        raise CheckpointError(f"the config stored in {path} is not valid here: {err}") from err
+    model = build_model(cfg.model, pretrained=False)  # the weights come from the checkpoint
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"the weights in {path} do not fit its model config: {err}") from err
+    return model.place([torch.device(device)] * model.num_columns).eval(), cfg

@@ -1,0 +1,99 @@
+"""Typed (structured) configs: Hydra validates every YAML file and override against these.
+
+One schema module per config group or script, all torch-free so that composing stays fast:
+``data`` (data, aug), ``model``, ``training`` (trainer, optim, loss, logging and the root
+``Config``), ``evaluate``, ``predict``, ``export``; ``compose`` is the one place a config is
+composed and typed. A typo (``data.nmae=...``) or a bad value (``data.on_bad_sample=maybe``)
+fails when the config is composed, with a message that names the key and, for enums, the valid
+choices. Only builders read these objects; modules take plain typed arguments.
+"""
+
+from seg.config.compose import (
+    CONFIG_DIR,
+    compose,
+    compose_config,
+    compose_dict,
+    compose_options,
+    config_to_dict,
+    register_configs,
+    to_config,
+)
+from seg.config.data import (
+    AugConfig,
+    BadSamplePolicy,
+    DataConfig,
+    DatasetName,
+    FolderConfig,
+    Interpolation,
+    MaskEncoding,
+)
+from seg.config.evaluate import (
+    TTA,
+    EvalConfig,
+    SlideConfig,
+    check_eval_config,
+    compose_eval_config,
+)
+from seg.config.export import ExportConfig
+from seg.config.model import ColumnConfig, ExchangeMode, ModelConfig, ModelName, UNetConfig
+from seg.config.predict import (
+    AlphaMode,
+    OutputKind,
+    PredictConfig,
+    check_predict_config,
+    compose_predict_config,
+)
+from seg.config.training import (
+    PRECISIONS,
+    TARGET_PIXEL_ACC,
+    Config,
+    LoggingConfig,
+    LossConfig,
+    OptimConfig,
+    OptimizerName,
+    ScheduleName,
+    TrainerConfig,
+)
+
+__all__ = [
+    "CONFIG_DIR",
+    "PRECISIONS",
+    "TARGET_PIXEL_ACC",
+    "TTA",
+    "AlphaMode",
+    "AugConfig",
+    "BadSamplePolicy",
+    "ColumnConfig",
+    "Config",
+    "DataConfig",
+    "DatasetName",
+    "EvalConfig",
+    "ExchangeMode",
+    "ExportConfig",
+    "FolderConfig",
+    "Interpolation",
+    "LoggingConfig",
+    "LossConfig",
+    "MaskEncoding",
+    "ModelConfig",
+    "ModelName",
+    "OptimConfig",
+    "OptimizerName",
+    "OutputKind",
+    "PredictConfig",
+    "ScheduleName",
+    "SlideConfig",
+    "TrainerConfig",
+    "UNetConfig",
+    "check_eval_config",
+    "check_predict_config",
+    "compose",
+    "compose_config",
+    "compose_dict",
+    "compose_eval_config",
+    "compose_options",
+    "compose_predict_config",
+    "config_to_dict",
+    "register_configs",
+    "to_config",
+]

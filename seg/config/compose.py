@@ -1,0 +1,122 @@
+"""The one place where Hydra composes a config and OmegaConf turns it into a typed object.
+
+Scripts under ``@hydra.main`` get their config from Hydra; everything else (the scripts that
+take ``key=value`` overrides through the compose API, the notebooks, the tests) calls
+:func:`compose`. Errors name the bad key or value (Hydra's ``ConfigCompositionException``, with
+the reason Hydra keeps in its cause brought into the message).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from seg.config.training import Config
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+T = TypeVar("T")
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+# Keys that configs no longer have, dropped from the configs stored in older checkpoints so that
+# those still load: where a run placed its columns (now trainer.column_devices, not part of the
+# model's description) and the crash tests' fault injection (now the SEG_TEST_FAULT hook).
+RETIRED_KEYS = (
+    "model.devices",
+    "trainer.fault_at_step",
+    "trainer.fault_rank",
+    "trainer.fault_kind",
+)
+
+
+def register_configs() -> None:
+    """Register the training schema with Hydra's ConfigStore as ``base_config`` (the defaults
+    list of ``configs/train.yaml`` starts from it)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="base_config", node=Config)
+
+
+def compose_dict(
+    config_name: str,
+    overrides: list[str] | None = None,
+    schemas: dict[str, type] | None = None,
+    config_dir: Path | None = CONFIG_DIR,
+) -> DictConfig:
+    """Compose ``config_name`` with Hydra ``overrides``: the ``DictConfig`` that ``@hydra.main``
+    would pass (not yet typed; :func:`compose` types it).
+
+    ``schemas``: dataclasses to store in Hydra's ConfigStore first, by name (a YAML file names
+    its schema in its defaults list; options without a YAML file store theirs as
+    ``config_name``). ``config_dir=None``: no search path (the schema alone). Raises Hydra's
+    errors naming unknown keys, bad types and missing mandatory values (``???``).
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import ConfigCompositionException
+
+    register_configs()
+    for name, node in (schemas or {}).items():
+        ConfigStore.instance().store(name=name, node=node)
+    context = (
+        initialize(version_base="1.3", config_path=None)
+        if config_dir is None
+        else initialize_config_dir(config_dir=str(config_dir), version_base="1.3")
+    )
+    with context:
+        try:
+            return hydra_compose(config_name=config_name, overrides=list(overrides or []))
+        except ConfigCompositionException as err:
+            # Hydra's own message ("Error merging override ...") hides the reason in its cause.
+            reason = str(err.__cause__).splitlines()[0] if err.__cause__ else ""
+            raise ConfigCompositionException(f"{err} ({reason})" if reason else str(err)) from err
+
+
+def compose(
+    config_name: str,
+    overrides: list[str] | None = None,
+    schemas: dict[str, type] | None = None,
+    config_dir: Path | None = CONFIG_DIR,
+) -> Any:
+    """:func:`compose_dict`, typed: the dataclass instance, its range checks run."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(compose_dict(config_name, overrides, schemas, config_dir))
+
+
+def compose_config(overrides: list[str] | None = None, config_name: str = "train") -> Config:
+    """``configs/<config_name>.yaml`` with Hydra overrides -> a typed, checked ``Config``."""
+    return compose(config_name, overrides)
+
+
+def compose_options(schema: type[T], name: str, overrides: list[str]) -> T:
+    """Hydra-style ``key=value`` overrides on the dataclass ``schema`` alone (no YAML file) ->
+    a typed instance: the options of ``scripts/predict.py`` and ``scripts/export.py``."""
+    return compose(name, overrides, schemas={name: schema}, config_dir=None)
+
+
+def to_config(cfg: Any) -> Config:
+    """A typed, validated ``Config`` from a Hydra ``DictConfig``, a plain dict (a checkpoint's)
+    or itself. Range checks run here (the dataclasses' ``__post_init__``); errors name the key.
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    if isinstance(cfg, Config):
+        return cfg
+    cfg = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg.copy()
+    with open_dict(cfg):
+        for key in RETIRED_KEYS:  # in the configs of older checkpoints
+            group, name = key.split(".")
+            if group in cfg and name in cfg[group]:
+                cfg[group].pop(name)
+    merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """A typed config as plain dicts, lists and scalars (enums as strings), resolved."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)

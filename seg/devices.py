@@ -1,0 +1,121 @@
+"""Where a model runs: a device option (``trainer.column_devices`` in training, ``device`` and
+``column_devices`` in evaluation and prediction) -> one ``torch.device`` per model column, for
+``model.place(devices)``. The one device resolver of the project.
+
+Composition with data parallelism: under torchrun, replica ``r`` of ``R`` on a node with ``G``
+visible GPUs and a model of ``k`` columns gets, with ``auto``, GPUs ``r*k .. r*k+k-1`` when
+``R*k <= G`` (8 GPUs = 4 replicas x 2 columns), else all its columns on GPU ``r`` (8 replicas of
+the whole net). The result is then a multi-device module: DDP wraps it with ``device_ids=None``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+
+
+def auto_device_indices(
+    n_columns: int, device_count: int, local_rank: int = 0, local_world_size: int = 1
+) -> list[int] | None:
+    """GPU index of each column of replica ``local_rank`` under ``auto``; ``None`` means CPU.
+
+    Pure function of the counts, so the mapping is testable without GPUs.
+    """
+    if not 0 <= local_rank < local_world_size:
+        raise ValueError(f"local rank {local_rank} is outside 0..{local_world_size - 1}")
+    if device_count == 0:
+        return None
+    if local_world_size * n_columns <= device_count:
+        first = local_rank * n_columns
+        return list(range(first, first + n_columns))
+    if local_world_size <= device_count:
+        return [local_rank] * n_columns
+    raise ValueError(
+        f"{local_world_size} processes per node but only {device_count} CUDA device(s) are "
+        "visible: start at most one process per GPU, or give the devices explicitly"
+    )
+
+
+def auto_device() -> torch.device:
+    """cuda if a GPU is visible, else mps (Apple) if available, else cpu."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _parse_device(text: str, device_count: int, local_rank: int, key: str) -> torch.device:
+    """One device name -> a device that exists on this machine."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"{key}: {text!r} is not a device; expected 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'"
+        ) from err
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type == "cuda":
+        # A bare "cuda" means this replica's GPU, so one config serves every torchrun rank.
+        index = local_rank if device.index is None else device.index
+        if device_count == 0:
+            raise ValueError(f"{key}: {text!r} requested but no CUDA device is visible; use auto")
+        if index >= device_count:
+            raise ValueError(
+                f"{key}: cuda:{index} requested but only {device_count} CUDA "
+                f"device(s) are visible (CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+            )
+        return torch.device("cuda", index)
+    if device.type == "mps" and torch.backends.mps.is_available():
+        return device
+    raise ValueError(f"{key}: {text!r} is not available on this machine")
+
+
+def resolve_devices(
+    spec: str | Sequence[str],
+    n_columns: int,
+    *,
+    key: str = "devices",
+    mps: bool = False,
+    device_count: int | None = None,
+    local_rank: int | None = None,
+    local_world_size: int | None = None,
+) -> list[torch.device]:
+    """A device option -> one device per column of a model of ``n_columns`` columns.
+
+    ``spec``: ``auto`` (or ``["auto"]``): with GPUs, one per column when this node's replicas
+    times columns fit the visible ones, else this replica's GPU for every column (module
+    docstring); without GPUs the CPU, or Apple's MPS where ``mps`` allows it (evaluation and
+    prediction do; training's precision and DDP paths are not tested on MPS). One device
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``["mps"]``): every column there, a bare ``cuda``
+    being this replica's GPU. A list of ``n_columns`` devices: column ``j`` on the ``j``-th.
+    ``device_count``, ``local_rank`` and ``local_world_size`` default to the visible GPUs and
+    torchrun's ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE``. Errors name ``key`` and the bad entry.
+    """
+    if device_count is None:
+        device_count = torch.cuda.device_count()
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    names = [spec] if isinstance(spec, str) else [str(s) for s in spec]
+    if names == ["auto"]:
+        indices = auto_device_indices(n_columns, device_count, local_rank, local_world_size)
+        if indices is not None:
+            return [torch.device("cuda", i) for i in indices]
+        fallback = auto_device() if mps else torch.device("cpu")
+        return [torch.device("cpu") if fallback.type == "cuda" else fallback] * n_columns
+    if "auto" in names:
+        raise ValueError(f"{key}: 'auto' must be the only entry, got {names}")
+    if len(names) == 1:
+        names = names * n_columns
+    if len(names) != n_columns:
+        raise ValueError(
+            f"{key} has {len(names)} entries {names} but the model has {n_columns} "
+            "column(s): give one device for all, one per column, or auto"
+        )
+    return [_parse_device(n, device_count, local_rank, key) for n in names]
