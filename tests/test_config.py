@@ -17,7 +17,10 @@ from seg.config import (
     BadSamplePolicy,
     Config,
     DatasetName,
+    EvalConfig,
     MaskEncoding,
+    PredictConfig,
+    TrainerConfig,
     compose_config,
     config_to_dict,
     to_config,
@@ -114,3 +117,19 @@ def test_configs_of_older_checkpoints_still_load() -> None:
     stored["trainer"]["epocs"] = 3
     with pytest.raises(ConfigKeyError, match="epocs"):
         to_config(stored)
+
+
+@pytest.mark.parametrize(
+    ("make", "key"),
+    [
+        (lambda: EvalConfig(checkpoint="x.pt", split="tran"), "split"),
+        (lambda: EvalConfig(checkpoint="x.pt", scales=[0.0]), "scales"),
+        (lambda: PredictConfig(checkpoint="x.pt", input="a.jpg", jpeg_quality=0), "jpeg_quality"),
+        (lambda: TrainerConfig(batch_size=0), "trainer.batch_size"),
+    ],
+)
+def test_every_schema_checks_its_ranges_when_made(make, key: str) -> None:
+    """One layer for range checks: the schemas' __post_init__, whether the object comes from
+    Hydra or from code (a bad value cannot reach a run)."""
+    with pytest.raises(ValueError, match=re.escape(key)):
+        make()

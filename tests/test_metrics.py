@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from seg.evaluation.report import image_row
 from seg.metrics import (
     SegMetrics,
     boundary_counts,
@@ -17,7 +18,6 @@ from seg.metrics import (
     confusion_matrix,
     fscore_from_counts,
     metrics_from_confusion,
-    per_image_stats,
 )
 from seg.metrics.boundary import dilation_for
 
@@ -312,21 +312,24 @@ def test_boundary_iou_frame_empty_and_ignore() -> None:
 # ---------------------------------------------------------------- per image and accumulator
 
 
-def test_per_image_stats_hand_case() -> None:
+def test_one_image_row_hand_case() -> None:
+    """A per_image.csv row (SegMetrics of one image) on a case counted by hand."""
     target = np.array([[0, 0, 1, 1], [0, 0, 1, 1], [255, 255, 1, 1], [0, 0, 0, 0]])
     pred = np.array([[0, 1, 1, 1], [0, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
-    s = per_image_stats(pred, target, boundary_tolerances=(0, 1))
+    m = SegMetrics(boundary_tolerances=(2, 5))
+    m.update(torch.from_numpy(pred)[None], torch.from_numpy(target)[None])
+    s = image_row("x", "src", (4, 4), m)
     # 14 labelled pixels; 6 true person; predicted person on labelled pixels: (0,1) wrong,
     # (0,2) (0,3) (1,2) (2,2) (2,3) right; missed (1,3). So tp 5, fp 1, fn 1, correct 12.
     assert (s["pixels"], s["tp"], s["fp"], s["fn"], s["correct"]) == (14, 5, 1, 1, 12)
-    assert s["iou_person"] == pytest.approx(5 / 7)
+    assert s["iou"] == pytest.approx(5 / 7)
     assert s["pixel_acc"] == pytest.approx(12 / 14)
     assert s["person_fraction"] == pytest.approx(6 / 14)
-    assert s["boundary_f@0"] == pytest.approx(boundary_fscore(pred, target, 0)["f"])
-    assert s["boundary_f@1"] == pytest.approx(boundary_fscore(pred, target, 1)["f"])
-    assert "boundary_iou" in s
-    perfect = per_image_stats(target.clip(0, 1), target)
-    assert perfect["boundary_f@2"] == perfect["boundary_f@5"] == perfect["iou_person"] == 1.0
+    assert s["bf_2"] == pytest.approx(boundary_fscore(pred, target, 2)["f"])
+    perfect = SegMetrics(boundary_tolerances=(2, 5))
+    perfect.update(torch.from_numpy(target.clip(0, 1))[None], torch.from_numpy(target)[None])
+    row = image_row("x", "src", (4, 4), perfect)
+    assert row["bf_2"] == row["bf_5"] == row["iou"] == 1.0
 
 
 def test_segmetrics_hand_case() -> None:

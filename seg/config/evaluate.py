@@ -4,7 +4,8 @@
 options included); without it the data the checkpoint was trained on is evaluated. Kept free of
 torch imports so that composing stays fast. Unknown keys and bad enum values fail in
 :func:`compose_eval_config` with Hydra's message naming them; :func:`check_eval_config` checks
-the ranges.
+the ranges, from ``__post_init__`` as every schema's checks run (the object cannot exist
+with a bad value).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class EvalConfig:
     max_images: int = 0  # per source, the first N of the split (0 = all): quick looks
     target_pixel_acc: float | None = None  # null = the checkpoint's trainer.target_pixel_acc
     progress: bool = True
+
+    def __post_init__(self) -> None:  # as every schema: range checks when the object is made
+        check_eval_config(self)
 
 
 def _pair(value: list[int] | None) -> bool:
@@ -126,6 +130,4 @@ def compose_eval_config(overrides: list[str]) -> EvalConfig:
             "well: give data=NAME first (e.g. data=folder data.root=PATH); without data=NAME "
             "the checkpoint's data is evaluated as it was configured"
         )
-    cfg = compose("evaluate", overrides, schemas={"eval_config": EvalConfig})
-    check_eval_config(cfg)
-    return cfg
+    return compose("evaluate", overrides, schemas={"eval_config": EvalConfig})

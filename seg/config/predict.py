@@ -2,7 +2,8 @@
 
 Kept free of torch imports so that composing it stays fast. A typo (``outptus=...``) or a bad
 enum value (``outputs=[masks]``) fails in ``compose_predict_config`` with Hydra's message that
-names the key and, for enums, the valid choices; ``check_predict_config`` checks the ranges.
+names the key and, for enums, the valid choices; ``check_predict_config`` checks the ranges,
+from ``__post_init__`` as every schema's checks run.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class PredictConfig:
     on_bad_input: BadSamplePolicy = BadSamplePolicy.error  # skip: log an unreadable image, go on
     progress: bool = True
 
+    def __post_init__(self) -> None:  # as every schema: range checks when the object is made
+        check_predict_config(self)
+
 
 def check_predict_config(cfg: PredictConfig) -> None:
     """Range checks Hydra's types cannot express; the message names the key and the value."""
@@ -88,6 +92,4 @@ def _names(enum: type[Enum]) -> str:
 
 def compose_predict_config(overrides: list[str]) -> PredictConfig:
     """``scripts/predict.py``'s overrides -> a checked ``PredictConfig``."""
-    cfg = compose_options(PredictConfig, "predict_config", overrides)
-    check_predict_config(cfg)
-    return cfg
+    return compose_options(PredictConfig, "predict_config", overrides)

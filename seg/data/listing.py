@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,6 +134,27 @@ def list_eg_portrait(
     return listing
 
 
+def _pair(
+    listing: Listing,
+    found: dict[str, Path],
+    partner: Callable[[str], Path],
+    spec: MaskSpec,
+    policy: BadSamplePolicy,
+    found_are_masks: bool = False,
+) -> None:
+    """Add ``stem -> (image, mask)`` to ``listing`` for every file of ``found`` (images, or
+    masks with ``found_are_masks``) whose partner file exists; a missing partner is a bad pair
+    (raised or noted, as ``policy`` says)."""
+    for stem, path in found.items():
+        other = partner(stem)
+        if not other.is_file():
+            what = "annotation has no photo" if found_are_masks else "missing mask"
+            _bad_pair(BadSampleError(path, f"{what}: expected {other}"), policy, listing)
+            continue
+        image, mask = (other, path) if found_are_masks else (path, other)
+        listing.refs[stem] = SampleRef(stem, listing.source, image, mask, spec)
+
+
 def list_ccp(
     root: Path,
     val_fraction: float,
@@ -141,18 +163,13 @@ def list_ccp(
 ) -> Listing:
     """Clothing Co-Parsing: pixel-level label maps, person = label > 0; no official split."""
     annotations = _files(root / "annotations" / "pixel-level", (".mat",))
-    spec = MaskSpec(MaskEncoding.labels, mat_key="groundtruth")
     listing = Listing("ccp", {}, {})
-    for stem, mask in sorted(annotations.items()):
-        if stem in CCP_EXCLUDED:
-            listing.notes.append(f"{stem} excluded: {CCP_EXCLUDED[stem]}")
-            continue
-        image = root / "photos" / f"{stem}.jpg"
-        if not image.is_file():
-            _bad_pair(BadSampleError(mask, f"annotation has no photo: expected {image}"),
-                      policy, listing)  # fmt: skip
-            continue
-        listing.refs[stem] = SampleRef(stem, "ccp", image, mask, spec)
+    for stem in sorted(set(annotations) & set(CCP_EXCLUDED)):
+        listing.notes.append(f"{stem} excluded: {CCP_EXCLUDED[stem]}")
+    kept = {k: v for k, v in sorted(annotations.items()) if k not in CCP_EXCLUDED}
+    spec = MaskSpec(MaskEncoding.labels, mat_key="groundtruth")
+    photos = root / "photos"
+    _pair(listing, kept, lambda stem: photos / f"{stem}.jpg", spec, policy, found_are_masks=True)
     listing.splits = fraction_splits(listing, val_fraction, test_fraction)
     return listing
 
@@ -165,14 +182,10 @@ def list_vikram(
 ) -> Listing:
     """Vikram Shenoy's set: Training_Images/N.jpg with Ground_Truth/N.png in {0, 255}."""
     images = _files(root / "Training_Images", (".jpg", ".jpeg", ".png"))
-    spec = MaskSpec(MaskEncoding.binary255)
     listing = Listing("vikram_human_seg", {}, {})
-    for stem, image in sorted(images.items(), key=lambda kv: natural_key(kv[0])):
-        mask = root / "Ground_Truth" / f"{stem}.png"
-        if not mask.is_file():
-            _bad_pair(BadSampleError(image, f"missing mask: expected {mask}"), policy, listing)
-            continue
-        listing.refs[stem] = SampleRef(stem, "vikram_human_seg", image, mask, spec)
+    ordered = dict(sorted(images.items(), key=lambda kv: natural_key(kv[0])))
+    masks, spec = root / "Ground_Truth", MaskSpec(MaskEncoding.binary255)
+    _pair(listing, ordered, lambda stem: masks / f"{stem}.png", spec, policy)
     listing.splits = fraction_splits(listing, val_fraction, test_fraction)
     return listing
 

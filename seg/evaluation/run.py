@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from seg import distributed as du
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
-from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig, check_eval_config
+from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
 from seg.evaluation.data import Item, list_items, raw_loader
@@ -212,7 +212,6 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
 
     Returns the content of ``metrics.json`` (NaN as None) plus ``out_dir`` and ``table``.
     """
-    check_eval_config(cfg)
     cfg = dataclasses.replace(cfg, checkpoint=str(checkpoint_file(cfg.checkpoint)))  # a run dir
     started = time.perf_counter()
     model, train_cfg, data_cfg = _setup(cfg)

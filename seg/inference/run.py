@@ -16,7 +16,7 @@ import numpy as np
 from torch import nn
 from tqdm import tqdm
 
-from seg.config import TTA, BadSamplePolicy, Config, OutputKind, PredictConfig, check_predict_config
+from seg.config import TTA, BadSamplePolicy, Config, OutputKind, PredictConfig
 from seg.data.batching import pixel_batches
 from seg.data.io import BadSampleError, header_pixels, read_image
 from seg.inference.media import (
@@ -182,7 +182,6 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     ``train_cfg`` is the config the model was trained with (its eval size, mean and std).
     Returns ``{"images", "frames", "written", "skipped", "device"}``.
     """
-    check_predict_config(cfg)
     inputs = find_inputs(Path(cfg.input))
     spec = build_output_spec(cfg)
     for video in inputs.videos:  # fail before any work is done

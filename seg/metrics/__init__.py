@@ -2,10 +2,10 @@
 
 - :mod:`seg.metrics.confusion`: confusion matrix, pixel accuracy, (m)IoU, Dice, precision, recall.
 - :mod:`seg.metrics.boundary`: BF score and Boundary IoU of a person mask, with counts forms.
-- :mod:`seg.metrics.accumulator`: per-image statistics and the ``SegMetrics`` accumulator.
+- :mod:`seg.metrics.accumulator`: the ``SegMetrics`` accumulator.
 """
 
-from seg.metrics.accumulator import SegMetrics, per_image_stats
+from seg.metrics.accumulator import SegMetrics
 from seg.metrics.boundary import (
     boundary_counts,
     boundary_fscore,
@@ -25,5 +25,4 @@ __all__ = [
     "confusion_matrix",
     "fscore_from_counts",
     "metrics_from_confusion",
-    "per_image_stats",
 ]

@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 from seg.metrics.boundary import (
-    binary_inputs,
     boundary_counts_multi,
     boundary_iou_counts_np,
     dilation_for,
@@ -22,56 +21,6 @@ from seg.metrics.boundary import (
 )
 from seg.metrics.confusion import confusion_matrix, metrics_from_confusion
 from seg.metrics.format import ratio
-
-
-def per_image_stats(
-    pred: np.ndarray | Tensor,
-    target: np.ndarray | Tensor,
-    ignore_index: int = 255,
-    boundary_tolerances: Sequence[int] = (2, 5),
-    boundary_iou_ratio: float | None = 0.02,
-) -> dict[str, float]:
-    """Statistics of one binary prediction, e.g. for a per-image CSV or the worst-cases list.
-
-    Args:
-        pred: (H, W) 0/1 or bool person mask.
-        target: (H, W) truth with 0, 1 or ``ignore_index``.
-        boundary_tolerances: one ``boundary_f@<t>`` key per tolerance in pixels.
-        boundary_iou_ratio: band width of ``boundary_iou`` as a fraction of the image diagonal;
-            None leaves the key out.
-
-    Returns:
-        ``pixels`` (labelled), ``correct``, ``tp``, ``fp``, ``fn`` (person class; ints),
-        ``pixel_acc``, ``iou_person`` (NaN when no person in truth or prediction),
-        ``person_fraction`` (of the labelled truth), ``boundary_f@<t>``, ``boundary_iou``.
-        Ratios over no labelled pixel are NaN.
-    """
-    p, t, valid = binary_inputs(pred, target, ignore_index)
-    pixels = int(np.count_nonzero(valid))
-    tp = int(np.count_nonzero(p & t))
-    fp = int(np.count_nonzero(p & ~t & valid))
-    fn = int(np.count_nonzero(~p & t))
-    correct = pixels - fp - fn
-    stats: dict[str, float] = {
-        "pixels": pixels,
-        "correct": correct,
-        "tp": tp,
-        "fp": fp,
-        "fn": fn,
-        "pixel_acc": ratio(correct, pixels),
-        "iou_person": ratio(tp, tp + fp + fn),
-        "person_fraction": ratio(tp + fn, pixels),
-    }
-    tolerances = list(boundary_tolerances)
-    counts = boundary_counts_multi(p, t, valid, tolerances)
-    for tol, row in zip(tolerances, counts, strict=True):
-        stats[f"boundary_f@{tol}"] = fscore_from_counts(*row.tolist())["f"]
-    if boundary_iou_ratio is not None:
-        inter, union = boundary_iou_counts_np(
-            p, t, valid, dilation_for(p.shape, boundary_iou_ratio)
-        )
-        stats["boundary_iou"] = ratio(inter, union)
-    return stats
 
 
 class SegMetrics:
