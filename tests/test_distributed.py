@@ -94,7 +94,7 @@ def test_two_gloo_processes_match_one_process(data_root: Path, tmp_path: Path, o
     model, cfg = load_model_from_checkpoint(ddp / "checkpoints" / "last.pt")
     val = build_eval_datasets(cfg.data, "val", build_eval_transform(cfg.aug))
     cms, _ = evaluate(model, build_val_loader(val, 1, 0, 0, 1), torch.device("cpu"), ["folder"], 2)
-    assert cms["folder"].tolist() == result["confusion/all"]
+    assert cms["folder"].confusion.tolist() == result["confusion/all"]
 
 
 def test_crash_recovery_under_torchrun(data_root: Path, tmp_path: Path) -> None:

@@ -308,10 +308,10 @@ def test_validation_batches_mix_orientations_and_score_as_batches_of_one(
         assert torch.equal(pad, torch.tensor(fill)[:, None, None].expand_as(pad))
     model = calibrate_batchnorm(model, batch["image"])
     cpu, sources = torch.device("cpu"), ["vikram_human_seg"]
-    mixed = evaluate(model, loader, cpu, sources, 2)[0]["vikram_human_seg"]
+    mixed = evaluate(model, loader, cpu, sources, 2)[0]["vikram_human_seg"].confusion
     assert mixed[:, 0].sum() > 0 and mixed[:, 1].sum() > 0  # both classes predicted
     ones, bad = evaluate(model, build_val_loader(datasets, 1, 0, 0, 1, fill), cpu, sources, 2)
-    assert mixed.tolist() == ones["vikram_human_seg"].tolist() and bad == 0
+    assert mixed.tolist() == ones["vikram_human_seg"].confusion.tolist() and bad == 0
     labelled = sum(int((datasets["vikram_human_seg"][i]["mask"] != 255).sum()) for i in range(4))
     assert int(mixed.sum()) == labelled  # padding never counted
 

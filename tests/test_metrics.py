@@ -390,3 +390,19 @@ def test_segmetrics_multiclass_and_no_boundaries() -> None:
         m.update(pred[0], target[0])
     with pytest.raises(ValueError, match="boundary_class=2"):
         SegMetrics(num_classes=2, boundary_class=2)
+
+
+def test_merge_sums_counts_and_refuses_other_settings() -> None:
+    truth = torch.from_numpy(square(10, 10, (2, 5), (2, 5))).long()[None]
+    pred = torch.from_numpy(square(10, 10, (2, 5), (3, 6))).long()[None]
+    one, two, both = SegMetrics(), SegMetrics(), SegMetrics()
+    one.update(pred, truth)
+    two.update(truth, truth)
+    both.update(pred, truth)
+    both.update(truth, truth)
+    merged = SegMetrics().merge_(one).merge_(two)
+    pairs = zip(merged.state_tensors(), both.state_tensors(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    assert merged.compute() == both.compute()
+    with pytest.raises(ValueError, match="settings differ"):
+        SegMetrics.confusion_only(2).merge_(one)

@@ -14,12 +14,12 @@ import math
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch.utils.data import DataLoader
 
 from seg import distributed as du
-from seg.data import IGNORE_INDEX, run_by_size
-from seg.metrics import confusion_matrix, metrics_from_confusion
+from seg.data import run_by_size
+from seg.metrics import SegMetrics, metrics_from_confusion
 
 
 @torch.no_grad()
@@ -30,9 +30,10 @@ def evaluate(
     sources: list[str],
     num_classes: int,
     amp_dtype: torch.dtype | None = None,
-) -> tuple[dict[str, Tensor], int]:
-    """Confusion matrix (C, C) int64 of each source, over all ranks' shards, and the number
-    of bad pairs dropped (``on_bad_sample=skip``), also over all ranks.
+) -> tuple[dict[str, SegMetrics], int]:
+    """Counts of each source (``SegMetrics`` without boundary metrics: its ``confusion`` is the
+    (C, C) int64 matrix), over all ranks' shards, and the number of bad pairs dropped
+    (``on_bad_sample=skip``), also over all ranks.
 
     ``model`` is the plain module (not DDP: shards differ in length, so no collective may run
     inside the loop); ``loader`` is this rank's shard (None: empty), batches as
@@ -40,8 +41,7 @@ def evaluate(
     """
     was_training = model.training
     model.eval()
-    index = {name: i for i, name in enumerate(sources)}
-    cms = torch.zeros(len(sources), num_classes, num_classes, dtype=torch.long, device=device)
+    totals = {name: SegMetrics.confusion_only(num_classes, device) for name in sources}
     bad = torch.zeros((), dtype=torch.long, device=device)
     for batch in loader if loader is not None else []:
         bad += len(batch["bad"])
@@ -54,27 +54,32 @@ def evaluate(
             logits = run_by_size(lambda x: model(x)["out"], images, batch["size"])
         pred = logits.argmax(1)  # 0 beyond a sample's size, where its mask is 255 (ignored)
         for name in sorted(set(batch["source"])):
-            if name not in index:
+            if name not in totals:
                 raise KeyError(f"validation sample from source {name!r}, expected {sources}")
             keep = torch.tensor([s == name for s in batch["source"]], device=device)
-            cms[index[name]] += confusion_matrix(pred[keep], masks[keep], num_classes, IGNORE_INDEX)
-    du.all_reduce_sum_(cms)
+            totals[name].update(pred[keep], masks[keep])
+    for name in sources:  # the same order on every rank
+        totals[name].reduce_(du.all_reduce_sum_)
     du.all_reduce_sum_(bad)
     model.train(was_training)
-    return {name: cms[i] for name, i in index.items()}, int(bad)
+    return totals, int(bad)
 
 
-def validation_metrics(cms: dict[str, Tensor]) -> dict[str, Any]:
+def validation_metrics(totals: dict[str, SegMetrics]) -> dict[str, Any]:
     """``val/<source>/<metric>`` per source, ``val/<metric>`` over all of them (the summed
-    matrix), and the matrices themselves as lists under ``confusion/<source>`` / ``confusion/all``.
+    counts), and the matrices themselves as lists under ``confusion/<source>`` / ``confusion/all``.
     """
     out: dict[str, Any] = {}
-    for name, cm in cms.items():
-        out.update({f"val/{name}/{k}": v for k, v in metrics_from_confusion(cm).items()})
-    total = sum(cms.values())
-    out.update({f"val/{k}": v for k, v in metrics_from_confusion(total).items()})
-    out.update({f"confusion/{name}": cm.tolist() for name, cm in cms.items()})
-    out["confusion/all"] = total.tolist()
+    overall = None
+    for name, metrics in totals.items():
+        out.update({f"val/{name}/{k}": v for k, v in metrics.compute().items()})
+        out[f"confusion/{name}"] = metrics.confusion.tolist()
+        if overall is None:
+            overall = SegMetrics.confusion_only(metrics.num_classes, metrics.device)
+        overall.merge_(metrics)
+    if overall is not None:
+        out.update({f"val/{k}": v for k, v in overall.compute().items()})
+        out["confusion/all"] = overall.confusion.tolist()
     return out
 
 

@@ -252,10 +252,10 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     """Score the validation split (all ranks), record the target and the best; True if best."""
     t = cfg.trainer
     du.broadcast_buffers_(p.model_without_ddp)  # every rank scores rank 0's (saved) model
-    cms, val_bad = evaluate(
+    totals, val_bad = evaluate(
         p.model_without_ddp, p.val_loader, p.device, p.sources, cfg.model.num_classes, p.amp_dtype
     )
-    if val_bad and not sum(int(cm.sum()) for cm in cms.values()):
+    if val_bad and not sum(int(m.confusion.sum()) for m in totals.values()):
         raise RuntimeError(
             f"validation scored no pixel: all {val_bad} pairs of the {t.val_split} split are bad "
             "(data.on_bad_sample=skip dropped them; see the warnings above)"
@@ -264,7 +264,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     train_bad = torch.tensor(state.pending_skipped, device=p.device)
     state.train_skipped += int(du.all_reduce_sum_(train_bad))
     state.pending_skipped = 0
-    state.metrics = validation_metrics(cms)
+    state.metrics = validation_metrics(totals)
     state.metrics.update(
         {"val/skipped": float(val_bad), "train/skipped": float(state.train_skipped)}
     )

@@ -56,12 +56,6 @@ def default_out_dir(checkpoint: str | Path, data_name: str, split: str) -> Path:
     return Path("outputs") / "eval" / f"{data_name}_{split}"
 
 
-def _add_(total: SegMetrics, part: SegMetrics) -> None:
-    """Add ``part``'s counts into ``total`` (same settings): sums of counts stay exact."""
-    for t, p in zip(total.state_tensors(), part.state_tensors(), strict=True):
-        t += p.to(t.device)
-
-
 def score_items(
     predictor: ProbabilityPredictor,
     items: list[Item],
@@ -89,7 +83,7 @@ def score_items(
             one.update(label[None], truth[None])
             row = image_row(item.name, item.source, truth.shape, one)
             rows.append({"index": item.index, **row})
-            _add_(totals[item.source], one)
+            totals[item.source].merge_(one)
         bar.update(len(batch))
     bar.close()
     return rows, totals, skipped
@@ -157,7 +151,7 @@ def _result(
     """The content of ``metrics.json`` (before NaN becomes null)."""
     overall = SegMetrics(train_cfg.model.num_classes)
     for metrics in totals.values():
-        _add_(overall, metrics)
+        overall.merge_(metrics)
     target = cfg.target_pixel_acc or train_cfg.trainer.target_pixel_acc
     acc = summary(overall)["pixel_acc"]
     slide = None

@@ -1,4 +1,5 @@
-"""Per-image statistics and the accumulator that evaluation code feeds batch by batch.
+"""The one accumulator of segmentation counts: validation during training feeds it (confusion
+matrix only), offline evaluation too (with boundary counts), batch by batch.
 
 ``SegMetrics`` keeps only int64 counts (confusion matrix, boundary counts, image count), so the
 state of several processes can be summed exactly (``reduce_(all_reduce_sum_)``) before the
@@ -85,6 +86,24 @@ class SegMetrics:
         order, so that every rank then holds the totals."""
         for tensor in self.state_tensors():
             fn(tensor)
+
+    def merge_(self, other: SegMetrics) -> SegMetrics:
+        """Add ``other``'s counts (an accumulator of the same settings) into this one: sums of
+        counts stay exact (per-image accumulators into per-source totals into the overall)."""
+        same = ("num_classes", "boundary_tolerances", "ignore_index", "boundary_class")
+        if any(getattr(self, k) != getattr(other, k) for k in same) or (
+            self.boundary_iou_ratio != other.boundary_iou_ratio
+        ):
+            raise ValueError("merge_: the accumulators count different things (settings differ)")
+        for mine, theirs in zip(self.state_tensors(), other.state_tensors(), strict=True):
+            mine += theirs.to(mine.device)
+        return self
+
+    @classmethod
+    def confusion_only(cls, num_classes: int, device: torch.device | str = "cpu") -> SegMetrics:
+        """An accumulator without the (CPU) boundary metrics: what validation during training
+        counts."""
+        return cls(num_classes, boundary_tolerances=(), boundary_iou_ratio=None, device=device)
 
     @property
     def _needs_boundaries(self) -> bool:
