@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from seg.checkpoint import CheckpointError
-from seg.config import register_configs
+from seg.config import check_retired_overrides, register_configs
 from seg.data.download import DatasetNotFoundError, DownloadError
 from seg.engine.launch import hydra_overrides
 from seg.engine.run_dir import RunDirError
@@ -35,6 +35,10 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    try:
+        check_retired_overrides(sys.argv[1:])
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     register_configs()
     sys.argv += hydra_overrides()  # under torchrun: one run directory for all ranks
     main()

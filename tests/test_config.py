@@ -133,3 +133,12 @@ def test_every_schema_checks_its_ranges_when_made(make, key: str) -> None:
     Hydra or from code (a bad value cannot reach a run)."""
     with pytest.raises(ValueError, match=re.escape(key)):
         make()
+
+
+@pytest.mark.parametrize("override", ["model.devices=[cpu,cpu]", "+trainer.fault_at_step=3"])
+def test_a_retired_key_names_what_replaced_it(override: str) -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"no longer a config key: use (trainer\.column_devices|the SEG_TEST_FAULT)",
+    ):
+        compose_config(["+exp=dual_channel", override])

@@ -10,6 +10,7 @@ choices. Only builders read these objects; modules take plain typed arguments.
 
 from seg.config.compose import (
     CONFIG_DIR,
+    check_retired_overrides,
     compose,
     compose_config,
     compose_dict,
@@ -87,6 +88,7 @@ __all__ = [
     "UNetConfig",
     "check_eval_config",
     "check_predict_config",
+    "check_retired_overrides",
     "compose",
     "compose_config",
     "compose_dict",

@@ -22,12 +22,21 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 # Keys that configs no longer have, dropped from the configs stored in older checkpoints so that
 # those still load: where a run placed its columns (now trainer.column_devices, not part of the
 # model's description) and the crash tests' fault injection (now the SEG_TEST_FAULT hook).
-RETIRED_KEYS = (
-    "model.devices",
-    "trainer.fault_at_step",
-    "trainer.fault_rank",
-    "trainer.fault_kind",
-)
+RETIRED_KEYS = {
+    "model.devices": "trainer.column_devices=[...] (where a run places the columns)",
+    "trainer.fault_at_step": "the SEG_TEST_FAULT environment hook (crash tests only)",
+    "trainer.fault_rank": "the SEG_TEST_FAULT environment hook (crash tests only)",
+    "trainer.fault_kind": "the SEG_TEST_FAULT environment hook (crash tests only)",
+}
+
+
+def check_retired_overrides(overrides: list[str]) -> None:
+    """A command-line override of a retired key -> ``ValueError`` naming what replaced it
+    (Hydra alone would only say that the key is not in the schema)."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in RETIRED_KEYS:
+            raise ValueError(f"{key} is no longer a config key: use {RETIRED_KEYS[key]}")
 
 
 def register_configs() -> None:
@@ -57,6 +66,7 @@ def compose_dict(
     from hydra.core.config_store import ConfigStore
     from hydra.errors import ConfigCompositionException
 
+    check_retired_overrides(list(overrides or []))
     register_configs()
     for name, node in (schemas or {}).items():
         ConfigStore.instance().store(name=name, node=node)
