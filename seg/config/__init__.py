@@ -20,6 +20,8 @@ from seg.config.compose import (
     to_config,
 )
 from seg.config.data import (
+    IGNORE_INDEX,
+    PERSON,
     AugConfig,
     BadSamplePolicy,
     DataConfig,
@@ -27,6 +29,7 @@ from seg.config.data import (
     FolderConfig,
     Interpolation,
     MaskEncoding,
+    check_aug_config_ranges,
 )
 from seg.config.evaluate import (
     TTA,
@@ -58,6 +61,8 @@ from seg.config.training import (
 
 __all__ = [
     "CONFIG_DIR",
+    "IGNORE_INDEX",
+    "PERSON",
     "PRECISIONS",
     "TARGET_PIXEL_ACC",
     "TTA",
@@ -86,6 +91,7 @@ __all__ = [
     "SlideConfig",
     "TrainerConfig",
     "UNetConfig",
+    "check_aug_config_ranges",
     "check_eval_config",
     "check_predict_config",
     "check_retired_overrides",

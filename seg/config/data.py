@@ -7,8 +7,12 @@ Only builders read these objects; modules take plain typed arguments.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
+
+IGNORE_INDEX = 255  # mask value of unlabelled and padded pixels: never scored, no loss
+PERSON = 1  # class index of a person in masks and logits (0 is background)
 
 
 class DatasetName(str, Enum):
@@ -125,3 +129,116 @@ class AugConfig:
     mask_fill: int = 255  # value of mask pixels they bring in (255 = ignore, 0 = background)
     mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
     std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
+
+    def __post_init__(self) -> None:  # as every schema: range checks when the object is made
+        check_aug_config_ranges(self)
+
+
+def _size(cfg: AugConfig, key: str) -> tuple[int, int]:
+    value = getattr(cfg, key)
+    try:
+        items = list(value)
+    except TypeError:
+        items = []
+    ok = len(items) == 2 and all(
+        not isinstance(v, bool) and isinstance(v, int) and v > 0 for v in items
+    )
+    if not ok:
+        raise ValueError(f"aug.{key} must be 2 positive integers [height, width], got {value!r}")
+    return items[0], items[1]
+
+
+def _number(cfg: AugConfig, key: str, lo: float, hi: float) -> float:
+    value = getattr(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise ValueError(f"aug.{key} must be a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _floats(cfg: AugConfig, key: str, length: int) -> list[float]:
+    value = getattr(cfg, key)
+    try:
+        items = [float(v) for v in value]
+    except (TypeError, ValueError):
+        items = []
+    if len(items) != length or not all(math.isfinite(v) for v in items):
+        raise ValueError(f"aug.{key} must be {length} finite numbers, got {value!r}")
+    return items
+
+
+def _count(cfg: AugConfig, key: str, lo: int, hi: int) -> int:
+    value = getattr(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"aug.{key} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _range(cfg: AugConfig, key: str, lo: float, hi: float, integer: bool = False) -> tuple:
+    """A [low, high] pair with lo <= low <= high <= hi."""
+    value = getattr(cfg, key)
+    try:
+        items = list(value)
+    except TypeError:
+        items = []
+    kind = int if integer else (int, float)
+    ok = len(items) == 2 and all(isinstance(v, kind) and not isinstance(v, bool) for v in items)
+    if not (ok and lo <= items[0] <= items[1] <= hi):
+        what = "integers" if integer else "numbers"
+        raise ValueError(
+            f"aug.{key} must be 2 {what} [low, high] with {lo} <= low <= high <= {hi}, "
+            f"got {value!r}"
+        )
+    return (items[0], items[1]) if integer else (float(items[0]), float(items[1]))
+
+
+def _image_fill(cfg: AugConfig) -> int:
+    value = cfg.image_fill
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+        raise ValueError(f"aug.image_fill must be an integer in [0, 255], got {value!r}")
+    return value
+
+
+def _mask_fill(cfg: AugConfig) -> int:
+    # Any other value would be a class label: padding would become "person" or an unknown class.
+    value = cfg.mask_fill
+    if isinstance(value, bool) or value not in (0, IGNORE_INDEX):
+        raise ValueError(
+            f"aug.mask_fill must be 0 (background) or {IGNORE_INDEX} (ignore), got {value!r}"
+        )
+    return int(value)
+
+
+def check_aug_config_ranges(cfg: AugConfig) -> None:
+    """Every range of ``cfg`` (photometric ones too, even when off), naming the key on error;
+    run by ``AugConfig.__post_init__``, so a bad value cannot be made, and by the builders for
+    a config changed in place after it was made."""
+    lo, hi = _floats(cfg, "scale", 2)
+    if not 0 < lo <= hi:
+        raise ValueError(f"aug.scale must be [lo, hi] with 0 < lo <= hi, got {cfg.scale!r}")
+    if not all(v > 0 for v in _floats(cfg, "std", 3)):
+        raise ValueError(f"aug.std must be 3 positive numbers, got {cfg.std!r}")
+    _floats(cfg, "mean", 3)
+    for key in ("brightness", "contrast", "saturation", "shift", "hflip", "affine_p"):
+        _number(cfg, key, 0.0, 1.0)
+    for key in ("photometric_p", "paste_p", "blur_p", "noise_p", "jpeg_p", "gray_p"):
+        _number(cfg, key, 0.0, 1.0)
+    _number(cfg, "hue", 0.0, 0.5)
+    _number(cfg, "rotate", 0.0, 180.0)
+    _number(cfg, "paste_feather", 0.0, 10.0)
+    blur_limit = _range(cfg, "blur_limit", 3, 31, integer=True)
+    if blur_limit[0] % 2 == 0 or blur_limit[1] % 2 == 0:
+        raise ValueError(f"aug.blur_limit must be odd kernel sizes, got {cfg.blur_limit!r}")
+    if _range(cfg, "paste_scale", 0.0, 1.0)[0] <= 0:  # drawn log-uniformly
+        raise ValueError(f"aug.paste_scale must be > 0, got {cfg.paste_scale!r}")
+    _count(cfg, "paste_max_people", 1, 10)
+    _range(cfg, "noise_std", 0.0, 1.0)
+    _range(cfg, "jpeg_quality", 1, 100, integer=True)
+    _size(cfg, "crop_size")
+    _size(cfg, "eval_size")
+    if cfg.train_size is not None:
+        _count(cfg, "train_size", 16, 8192)
+    names = [m.value for m in Interpolation]
+    if getattr(cfg.interpolation, "value", cfg.interpolation) not in names:
+        raise ValueError(f"aug.interpolation must be one of {names}, got {cfg.interpolation!r}")
+    _image_fill(cfg)
+    _mask_fill(cfg)

@@ -23,8 +23,8 @@ import albumentations as A
 import cv2
 import numpy as np
 
-from seg.config import BadSamplePolicy
-from seg.data.io import PERSON, BadSampleError
+from seg.config import PERSON, BadSamplePolicy
+from seg.data.io import BadSampleError
 
 log = logging.getLogger(__name__)
 

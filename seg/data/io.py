@@ -15,10 +15,8 @@ import cv2
 import numpy as np
 import scipy.io
 
-from seg.config import MaskEncoding
+from seg.config.data import IGNORE_INDEX, MaskEncoding
 
-IGNORE_INDEX = 255  # mask value of unlabelled and padded pixels: never scored, no loss
-PERSON = 1  # class index of a person in masks and logits (0 is background)
 # Largest image decoded, in pixels: PIL's decompression-bomb limit (2 x 89,478,485, ~179 MP,
 # 537 MB as RGB). A 875 KB PNG can claim 30000 x 30000 pixels (2.7 GB decoded); it is refused
 # from its header, before anything is decoded. A 12000 x 12000 photo (144 MP) still reads.

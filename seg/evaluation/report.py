@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from seg.data.io import PERSON
+from seg.config import PERSON
 from seg.fileio import write_text
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent, ratio

@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seg.config import Config
+from seg.config import PERSON, Config
 from seg.data.batching import pad_batch, run_by_size
-from seg.data.io import PERSON
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
 from seg.models import SegmentationModel
