@@ -4,7 +4,7 @@
     python scripts/predict.py checkpoint=best.pt input=photos/ out=preds outputs=[mask,cutout]
     python scripts/predict.py checkpoint=best.pt input=clip.mp4 outputs=[blur] batch_size=16
     python scripts/predict.py checkpoint=best.pt input=me.jpg outputs=[replace] \
-        background=beach.jpg alpha=soft tta=[flip] device=cuda:1
+        background=beach.jpg alpha=soft tta=flip device=cuda:1
 
 Options are Hydra-style key=value overrides of ``seg.config.PredictConfig`` (an
 unknown key or a bad value fails at start, naming it):
@@ -18,7 +18,7 @@ unknown key or a bad value fails at start, naming it):
   background  replace: an image file or a colour (green, white, '#RRGGBB', 'R,G,B')
   device      auto (cuda, else mps, else cpu) | cpu | cuda[:N] | mps; column_devices=[cuda:0,
               cuda:1] splits a multi-column model over GPUs
-  batch_size, tta ([] | [flip]),
+  batch_size, tta (null | flip),
   blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error | skip),
   progress
 Prediction runs at each image's own resolution (see seg/inference/predictor.py). Outputs are

@@ -38,14 +38,9 @@ def auto_device_indices(
     )
 
 
-def auto_device() -> torch.device:
-    """cuda if a GPU is visible, else mps (Apple) if available, else cpu."""
-    if torch.cuda.is_available():
-        return torch.device("cuda")
+def _mps_available() -> bool:
     mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    return mps is not None and mps.is_available()
 
 
 def _parse_device(text: str, device_count: int, local_rank: int, key: str) -> torch.device:
@@ -70,7 +65,7 @@ def _parse_device(text: str, device_count: int, local_rank: int, key: str) -> to
                 f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
             )
         return torch.device("cuda", index)
-    if device.type == "mps" and torch.backends.mps.is_available():
+    if device.type == "mps" and _mps_available():
         return device
     raise ValueError(f"{key}: {text!r} is not available on this machine")
 
@@ -107,8 +102,8 @@ def resolve_devices(
         indices = auto_device_indices(n_columns, device_count, local_rank, local_world_size)
         if indices is not None:
             return [torch.device("cuda", i) for i in indices]
-        fallback = auto_device() if mps else torch.device("cpu")
-        return [torch.device("cpu") if fallback.type == "cuda" else fallback] * n_columns
+        no_gpu = torch.device("mps") if mps and _mps_available() else torch.device("cpu")
+        return [no_gpu] * n_columns
     if "auto" in names:
         raise ValueError(f"{key}: 'auto' must be the only entry, got {names}")
     if len(names) == 1:

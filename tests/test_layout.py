@@ -1,5 +1,5 @@
 """The package's import graph points one way: each part of ``seg`` imports only from the
-layers below it (the picture in the README's "Layout" section). Read from the source with
+layers below it (the picture in docs/architecture.md). Read from the source with
 ``ast``, so a late import inside a function counts as much as one at the top."""
 
 from __future__ import annotations

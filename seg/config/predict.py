@@ -43,7 +43,7 @@ class PredictConfig:
     # One device per column ([cuda:0,cuda:1]) to split a multi-column model over GPUs as in
     # training; empty: the whole model on `device`.
     column_devices: list[str] = field(default_factory=list)
-    tta: list[TTA] = field(default_factory=list)  # [] or [flip]: twice the compute
+    tta: TTA | None = None  # null or flip (twice the compute); evaluate.py takes a list of them
     alpha: AlphaMode = AlphaMode.hard  # of cutout, blur and replace
     # replace: an image file (resized to cover each image, centre-cropped) or a colour:
     # a name (green, white, ...), "#RRGGBB" or "R,G,B".

@@ -69,17 +69,15 @@ def validation_metrics(totals: dict[str, SegMetrics]) -> dict[str, Any]:
     """``val/<source>/<metric>`` per source, ``val/<metric>`` over all of them (the summed
     counts), and the matrices themselves as lists under ``confusion/<source>`` / ``confusion/all``.
     """
+    first = next(iter(totals.values()))
+    overall = SegMetrics.confusion_only(first.num_classes, first.device)
     out: dict[str, Any] = {}
-    overall = None
     for name, metrics in totals.items():
         out.update({f"val/{name}/{k}": v for k, v in metrics.compute().items()})
         out[f"confusion/{name}"] = metrics.confusion.tolist()
-        if overall is None:
-            overall = SegMetrics.confusion_only(metrics.num_classes, metrics.device)
         overall.merge_(metrics)
-    if overall is not None:
-        out.update({f"val/{k}": v for k, v in overall.compute().items()})
-        out["confusion/all"] = overall.confusion.tolist()
+    out.update({f"val/{k}": v for k, v in overall.compute().items()})
+    out["confusion/all"] = overall.confusion.tolist()
     return out
 
 

@@ -130,7 +130,10 @@ def write_gallery(
 def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
     model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
     if cfg.eval_size is not None:
-        train_cfg.aug.eval_size = [int(v) for v in cfg.eval_size]
+        # replace, not assign: the schema checks the new size when it is made
+        train_cfg.aug = dataclasses.replace(
+            train_cfg.aug, eval_size=[int(v) for v in cfg.eval_size]
+        )
     if cfg.data is not None:
         return model, train_cfg, cfg.data
     data = train_cfg.data  # the checkpoint's; its root may be another machine's path

@@ -186,9 +186,9 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     spec = build_output_spec(cfg)
     for video in inputs.videos:  # fail before any work is done
         check_video_outputs(video, spec.kinds)
-    tta = TTA.flip in cfg.tta
+    tta = cfg.tta is TTA.flip
     predictor = build_predictor(model, train_cfg, cfg.device, tta, cfg.column_devices)
-    log.info("predicting on %s (tta=%s)", predictor.device, [t.value for t in cfg.tta])
+    log.info("predicting on %s (tta=%s)", predictor.device, cfg.tta.value if cfg.tta else None)
     summary = predict_images(
         predictor, inputs.images, spec, cfg.batch_size, cfg.on_bad_input, cfg.progress
     )
