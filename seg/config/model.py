@@ -67,6 +67,9 @@ class UNetConfig:
     widths: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
 
 
+DECODER_STRIDES = (2, 4)
+
+
 @dataclass
 class ModelConfig:
     name: ModelName = ModelName.multicolumn
@@ -77,6 +80,10 @@ class ModelConfig:
     exchange_stages: list[int] = field(default_factory=list)
     exchange_mode: ExchangeMode = ExchangeMode.concat
     decoder_channels: int = 32
+    # Stride of the fusion decoder's output, before the bilinear upsampling to the input's
+    # size: 4 joins the columns from stage 1 on; 2 also joins their first stage (finer
+    # boundaries for a few percent more compute). multicolumn only.
+    decoder_stride: int = 4
     # Deep supervision: one auxiliary head per column (torchvision: their aux classifier),
     # evaluated only in training; the loss weighs each by aux_weight.
     aux_heads: bool = False
@@ -86,3 +93,9 @@ class ModelConfig:
     # or a torchvision baseline's (torchvision's weights API). False: random initialisation.
     pretrained: bool = False
     channels_last: bool = True
+
+    def __post_init__(self) -> None:  # as every schema: range checks when the object is made
+        if self.decoder_stride not in DECODER_STRIDES:
+            raise ValueError(
+                f"model.decoder_stride must be one of {DECODER_STRIDES}, got {self.decoder_stride}"
+            )

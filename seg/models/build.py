@@ -50,6 +50,7 @@ def _multicolumn(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
         exchange_stages=list(cfg.exchange_stages),
         exchange_mode=_value(cfg.exchange_mode),
         decoder_channels=cfg.decoder_channels,
+        decoder_stride=cfg.decoder_stride,
         aux_heads=cfg.aux_heads,
         channels_last=cfg.channels_last,
     )

@@ -251,6 +251,7 @@ class MultiColumnSegNet(SegmentationModel):
         exchange_stages: list[int] | None = None,
         exchange_mode: str = "concat",
         decoder_channels: int = 32,
+        decoder_stride: int = 4,
         aux_heads: bool = False,
         channels_last: bool = True,
     ) -> None:
@@ -275,9 +276,14 @@ class MultiColumnSegNet(SegmentationModel):
             else Column(spec.widths, spec.blocks, extra_in=self._extra_in(j, num_stages))
             for j, spec in enumerate(columns)
         )
-        # The first stage (stride 2) stays out of the decoder: full-width maps at that
-        # resolution would cost more than the rest of the decoder together.
-        level_channels = [sum(c.widths[i] for c in columns) for i in range(1, num_stages)]
+        # By default the first stage (stride 2) stays out of the decoder: its maps have four
+        # times the positions of stride 4. decoder_stride=2 joins it too (finer boundaries).
+        if decoder_stride not in (2, 4):
+            raise ValueError(f"decoder_stride must be 2 or 4, got {decoder_stride}")
+        self.first_level = 0 if decoder_stride == 2 else 1
+        level_channels = [
+            sum(c.widths[i] for c in columns) for i in range(self.first_level, num_stages)
+        ]
         self.decoder = FusionDecoder(level_channels, decoder_channels, num_classes)
         self.aux_heads = None
         if aux_heads:
@@ -375,7 +381,7 @@ class MultiColumnSegNet(SegmentationModel):
         home = self.devices[0]
         levels = [
             [features[j][i].to(home) for j in range(len(features))]
-            for i in range(1, len(features[0]))
+            for i in range(self.first_level, len(features[0]))
         ]
         # Two-channel logits upsample faster on CPUs in NCHW than in channels_last, and in
         # fp32 (under bf16 autocast too: the loss needs fp32 logits, cast here at low
