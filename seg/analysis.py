@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from seg.config import TARGET_PIXEL_ACC, to_config
-from seg.evaluation.report import CSV_COLUMNS
+from seg.evaluation.report import CSV_COLUMNS, meets_target
 
 try:
     import matplotlib.pyplot as plt
@@ -337,7 +337,7 @@ def per_source_summary(frame: pd.DataFrame, target: float = TARGET_PIXEL_ACC) ->
             "bf_2": g["bf_2"].mean(),
             "bf_5": g["bf_5"].mean(),
             "below_target": (g["pixel_acc"] < target).mean(),
-            "pass": bool(acc >= target),
+            "pass": meets_target(acc, target),
         }
     return pd.DataFrame.from_dict(rows, orient="index")
 

@@ -19,7 +19,7 @@ from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
 from seg.distributed import shard
 from seg.engine.data import ResumableSampler
-from seg.engine.logger import NonFiniteLossError, format_report
+from seg.engine.logger import NonFiniteLossError
 from seg.engine.losses import SegLoss, build_loss
 from seg.engine.optim import (
     WarmupSchedule,
@@ -30,6 +30,7 @@ from seg.engine.optim import (
     resolve_precision,
 )
 from seg.engine.train import train
+from seg.evaluation.report import format_training_report
 from seg.models import build_model, num_columns
 
 CONFIGS = REPO / "configs"
@@ -320,7 +321,7 @@ def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_
     assert [r["val/skipped"] for r in logged if "val/skipped" in r] == [1.0]
     assert json.loads((run / "metrics.json").read_text())["train/skipped"] == 1
     assert "skipping bad sample" in (run / "train.log").read_text()  # the run's own log
-    report = format_report(result, ["folder"], 0.88)
+    report = format_training_report(result, ["folder"], 0.88)
     assert "bad pairs skipped (data.on_bad_sample=skip): 1 in validation" in report
 
     for i in VAL_IDS[1:]:

@@ -27,7 +27,6 @@ from seg.data import pad_batch, run_by_size
 from seg.data.transforms import denormalize
 from seg.evaluation.panels import three_panels
 from seg.fileio import write_text
-from seg.metrics.format import percent
 from seg.models import format_summary, summarize_model
 
 log = logging.getLogger(__name__)
@@ -218,33 +217,3 @@ class MetricLogger:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
-
-
-def format_report(metrics: dict[str, Any], sources: list[str], target: float) -> str:
-    """The final table: pixel accuracy, person IoU and mIoU per source and overall, the verdict
-    against the pixel-accuracy target, and when the target was first reached."""
-    rows = [(s, f"val/{s}/") for s in sources] + [("all", "val/")]
-    lines = [f"{'source':<20} {'pixel acc':>10} {'person IoU':>11} {'mIoU':>8}"]
-    for name, prefix in rows:
-        acc, iou, miou = (
-            percent(metrics.get(prefix + k)) for k in ("pixel_acc", "iou_person", "miou")
-        )
-        lines.append(f"{name:<20} {acc:>10} {iou:>11} {miou:>8}")
-    acc = metrics.get("val/pixel_acc", float("nan"))
-    verdict = "PASS" if acc >= target else "FAIL"
-    lines.append(f"pixel accuracy {percent(acc)} vs target {percent(target)}: {verdict}")
-    reached = metrics.get("target_reached")
-    if reached:
-        lines.append(
-            f"target first reached at epoch {reached['epoch']}, step {reached['step']}, "
-            f"{reached['wall_time_s']:.0f} s, {reached['images_seen']} images seen"
-        )
-    else:
-        lines.append("target not reached during training")
-    val_bad, train_bad = metrics.get("val/skipped", 0), metrics.get("train/skipped", 0)
-    if val_bad or train_bad:
-        lines.append(
-            f"bad pairs skipped (data.on_bad_sample=skip): {val_bad:.0f} in validation "
-            f"(not scored), {train_bad:.0f} in training (replaced by the next pair)"
-        )
-    return "\n".join(lines)

@@ -36,7 +36,7 @@ from seg.engine.checkpoint import (
 )
 from seg.engine.evaluate import evaluate, scalars, validation_metrics
 from seg.engine.launch import launch, needs_launch, remember_run_dir
-from seg.engine.logger import LossMeter, MetricLogger, format_report
+from seg.engine.logger import LossMeter, MetricLogger
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
 from seg.engine.run_dir import (
     claim_run_dir,
@@ -46,6 +46,7 @@ from seg.engine.run_dir import (
     write_run_files,
 )
 from seg.engine.state import Fault, TrainState
+from seg.evaluation.report import format_training_report, meets_target
 from seg.fileio import write_json
 from seg.models import num_columns
 
@@ -273,7 +274,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     writer.log_val_images(state.step, p.model_without_ddp, p.device, aug.mean, aug.std, p.amp_dtype)
     state.tick()
     acc = state.metrics["val/pixel_acc"]
-    if state.target is None and acc >= t.target_pixel_acc:
+    if state.target is None and meets_target(acc, t.target_pixel_acc):
         passes = p.steps_per_epoch * t.accumulate
         state.target = {
             "epoch": round(state.epoch + state.batch_in_epoch / passes, 3),
@@ -338,6 +339,6 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
             "final validation (%s split, at %s):\n%s",
             t.val_split,
             "x".join(map(str, cfg.aug.eval_size)),
-            format_report(result, p.sources, t.target_pixel_acc),
+            format_training_report(result, p.sources, t.target_pixel_acc),
         )
     return result

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from seg.evaluation.report import (
     gallery_name,
     image_row,
     json_safe,
+    meets_target,
     summary,
     worst_rows,
     write_csv,
@@ -170,7 +170,7 @@ def _result(
         "slide": slide,
         "eval_size": list(train_cfg.aug.eval_size),
         "target_pixel_acc": target,
-        "pass": bool(math.isfinite(acc) and acc >= target),
+        "pass": meets_target(acc, target),
         "overall": summary(overall),
         "per_source": {s: summary(m) for s, m in totals.items()},
         "confusion": {**confusion, "all": overall.confusion.tolist()},
