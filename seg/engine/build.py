@@ -21,7 +21,6 @@ from seg import distributed as du
 from seg.config import Config
 from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset
 from seg.data.transforms import build_eval_transform, eval_pad_value
-from seg.devices import resolve_devices
 from seg.engine.checkpoint import restore_rng
 from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.evaluate import metric_names
@@ -57,16 +56,16 @@ def seed_everything(seed: int, deterministic: bool) -> None:
         torch.use_deterministic_algorithms(True)
 
 
-def build_ddp_model(cfg: Config, ckpt: dict[str, Any] | None) -> tuple[nn.Module, nn.Module]:
-    """``(model, model_without_ddp)``: weights restored, SyncBN and DDP with several replicas."""
+def build_ddp_model(
+    cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None
+) -> tuple[nn.Module, nn.Module]:
+    """``(model, model_without_ddp)`` with column j on ``devices[j]``: weights restored, SyncBN
+    and DDP with several replicas."""
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     # A resumed run's weights come from the checkpoint: no ImageNet file is read for nothing.
     model = build_model(cfg.model, pretrained=None if ckpt is None else False)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
-    devices = resolve_devices(
-        cfg.trainer.column_devices, model.num_columns, key="trainer.column_devices"
-    )
     model.place(devices)
     if cfg.trainer.compile:
         # In place and lazy (it traces at the first call, after any SyncBatchNorm swap below):
@@ -104,9 +103,10 @@ def check_normalization(cfg: Config) -> None:
         )
 
 
-def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
-    """Build everything from ``cfg``; with ``ckpt``, also restore the weights, the optimiser,
-    schedule and scaler states and this rank's random states."""
+def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None = None) -> Parts:
+    """Build everything from ``cfg``, the model's columns on ``devices`` (``train`` resolved
+    ``trainer.column_devices`` before starting the process group); with ``ckpt``, also restore
+    the weights, the optimiser, schedule and scaler states and this rank's random states."""
     t, ws, rank = cfg.trainer, du.world_size(), du.rank()
     num_classes = cfg.model.num_classes
     if t.best_metric not in metric_names(num_classes):
@@ -114,8 +114,7 @@ def setup(cfg: Config, ckpt: dict[str, Any] | None = None) -> Parts:
             f"trainer.best_metric={t.best_metric!r}; valid: {metric_names(num_classes)}"
         )
     check_normalization(cfg)
-    model, model_without_ddp = build_ddp_model(cfg, ckpt)
-    devices = list(model_without_ddp.devices)
+    model, model_without_ddp = build_ddp_model(cfg, devices, ckpt)
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))

@@ -70,13 +70,13 @@ def train(cfg: Config | DictConfig) -> dict[str, Any]:
         logging.getLogger().setLevel(logging.WARNING)
     deterministic = torch.are_deterministic_algorithms_enabled()
     try:
-        return _fit(cfg)
+        return _fit(cfg, devices)
     finally:
         torch.use_deterministic_algorithms(deterministic)
         du.destroy_distributed()
 
 
-def _fit(cfg: Config) -> dict[str, Any]:
+def _fit(cfg: Config, devices: list[torch.device]) -> dict[str, Any]:
     run_dir, created = decide_run_dir(cfg.trainer.run_dir)
     if du.is_main_process():
         remember_run_dir(run_dir)
@@ -85,7 +85,7 @@ def _fit(cfg: Config) -> dict[str, Any]:
             ckpt_path = find_resume_checkpoint(cfg.trainer.resume, run_dir)
             claim_run_dir(run_dir, ckpt_path is not None, cfg.trainer.overwrite)  # never mix
             with _log_to(run_dir / "train.log" if du.is_main_process() else None):
-                return _run(cfg, run_dir, ckpt_path)
+                return _run(cfg, run_dir, ckpt_path, devices)
     except BaseException:
         if created:  # a run that failed before writing anything leaves no empty folder
             remove_if_unused(run_dir)
@@ -111,13 +111,15 @@ def _log_to(path: Path | None) -> Iterator[None]:
         handler.close()
 
 
-def _run(cfg: Config, run_dir: Path, ckpt_path: Path | None) -> dict[str, Any]:
+def _run(
+    cfg: Config, run_dir: Path, ckpt_path: Path | None, devices: list[torch.device]
+) -> dict[str, Any]:
     t, main = cfg.trainer, du.is_main_process()
     seed_everything(cfg.seed, t.deterministic)
     ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
     if ckpt is not None:
         check_resume_config(ckpt, cfg, ckpt_path)
-    p = setup(cfg, ckpt)
+    p = setup(cfg, devices, ckpt)
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
     writer = MetricLogger(
         run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
