@@ -22,7 +22,7 @@ from training_utils import (
 
 from seg import distributed as du
 from seg.checkpoint import load_model_from_checkpoint
-from seg.config import compose_config
+from seg.config import compose_config, compose_dict
 from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
 from seg.engine import launch
@@ -167,16 +167,8 @@ def test_slurm_tasks_become_torch_ranks(monkeypatch) -> None:
 
 def test_slurm_launcher_config_composes() -> None:
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")  # the optional [slurm] extra
-    from hydra import compose, initialize_config_dir
-
-    from seg.config import CONFIG_DIR, register_configs
-
-    register_configs()
-    # compose_dict leaves Hydra's own node out; the launcher lives there.
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(
-            "train", ["hydra/launcher=slurm", "+exp=dual_channel"], return_hydra_config=True
-        )
+    # The launcher lives in Hydra's own node, which compose_dict leaves out unless asked.
+    cfg = compose_dict("train", ["hydra/launcher=slurm", "+exp=dual_channel"], hydra_node=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.tasks_per_node == launcher.gpus_per_node and launcher.max_num_timeout > 0

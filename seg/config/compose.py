@@ -52,9 +52,11 @@ def compose_dict(
     overrides: list[str] | None = None,
     schemas: dict[str, type] | None = None,
     config_dir: Path | None = CONFIG_DIR,
+    hydra_node: bool = False,
 ) -> DictConfig:
     """Compose ``config_name`` with Hydra ``overrides``: the ``DictConfig`` that ``@hydra.main``
-    would pass (not yet typed; :func:`compose` types it).
+    would pass (not yet typed; :func:`compose` types it). ``hydra_node``: keep Hydra's own
+    ``hydra`` node too (its launcher, sweeper and run directory settings).
 
     ``schemas``: dataclasses to store in Hydra's ConfigStore first, by name (a YAML file names
     its schema in its defaults list; options without a YAML file store theirs as
@@ -77,7 +79,11 @@ def compose_dict(
     )
     with context:
         try:
-            return hydra_compose(config_name=config_name, overrides=list(overrides or []))
+            return hydra_compose(
+                config_name=config_name,
+                overrides=list(overrides or []),
+                return_hydra_config=hydra_node,
+            )
         except ConfigCompositionException as err:
             # Hydra's own message ("Error merging override ...") hides the reason in its cause.
             reason = str(err.__cause__).splitlines()[0] if err.__cause__ else ""
