@@ -42,9 +42,9 @@ TORCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADD
 
 
 @pytest.fixture
-def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SEG_DATA_DIR", raising=False)
-    return make_folder_subset(shared_datasets, tmp_path / "data")
+    return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
 def _run(

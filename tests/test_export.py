@@ -33,20 +33,16 @@ from seg.export import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-PHOTOS = (
-    "vikram_human_seg/Training_Images/1.jpg",
-    "vikram_human_seg/Training_Images/3.jpg",
-    "vikram_human_seg/Training_Images/56.jpg",  # grayscale
-    "eg_portrait/data/images_data_crop/00001.jpg",
+PHOTOS = (  # of the vikram_pairs folder: landscape, two portraits, square grayscale
+    "Training_Images/1.jpg",
+    "Training_Images/22.jpg",
+    "Training_Images/3.jpg",
+    "Training_Images/56.jpg",
 )
 # The eval size (a multiple of dual_channel's size divisor 64) and an odd, larger one.
 SIZES = [[256, 192], [321, 241]]
 BATCH_SIZES = [1, 3]
 TOLERANCE, MIN_AGREEMENT = 1e-3, 0.999  # fp32 on CPU
-
-
-def model_config(name: str) -> Config:
-    return compose_config([f"model={name}"])
 
 
 def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
@@ -61,8 +57,8 @@ def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
 
 
 @pytest.fixture
-def photos(data_env: Path) -> list[np.ndarray]:
-    return [read_image(data_env / rel) for rel in PHOTOS]
+def photos(vikram_pairs: Path) -> list[np.ndarray]:
+    return [read_image(vikram_pairs / rel) for rel in PHOTOS]
 
 
 def load_script(name: str):
@@ -73,29 +69,29 @@ def load_script(name: str):
 
 
 def test_export_script_dual_channel_matches_pytorch_on_real_images(
-    data_env, photos, tmp_path, capsys
+    vikram_pairs, photos, tmp_path, capsys
 ):
     import onnx
 
     from seg.checkpoint import save_checkpoint
     from seg.config import config_to_dict
 
-    cfg = model_config("dual_channel")
+    cfg = compose_config(["model=dual_channel"])
     model = calibrated_model(cfg, photos)
     ckpt, out, folder = tmp_path / "best.pt", tmp_path / "onnx" / "model.onnx", tmp_path / "img"
     save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
     folder.mkdir()
     for rel in PHOTOS:
-        shutil.copy(data_env / rel, folder)
+        shutil.copy(vikram_pairs / rel, folder)
     args = [f"checkpoint={ckpt}", f"out={out}", f"images={folder}"]
     args += [f"sizes={SIZES}".replace(" ", ""), f"batch_sizes={BATCH_SIZES}".replace(" ", "")]
     assert load_script("export").main(args) == 0
     result = json.loads(capsys.readouterr().out)
     with capsys.disabled():
         print(f"\ndual_channel ONNX vs PyTorch: {result['cases']}")
-    # Files in name order: 00001 (portrait); then 1 (landscape: a 241 x 321 canvas), 3 and 56
-    # (portrait and square: 321 x 241) in one batch, padded to 321 x 321.
-    assert [c["shape"] for c in result["cases"]] == [[1, 3, 256, 192], [3, 3, 321, 321]]
+    # Files in name order: 1 (landscape: a 192 x 256 canvas) alone; then 22, 3 and 56
+    # (portrait, portrait, square: 321 x 241 canvases) in one batch.
+    assert [c["shape"] for c in result["cases"]] == [[1, 3, 192, 256], [3, 3, 321, 241]]
     assert result["max_abs_diff"] < TOLERANCE
     assert result["mask_agreement"] >= MIN_AGREEMENT
 
@@ -126,7 +122,7 @@ class TinyNet(nn.Module):
 def test_a_failed_check_never_takes_the_final_name(photos, tmp_path):
     """An export that misses the figures stays under its unverified name; the file already at
     out= (a good earlier export) is untouched. One that passes replaces it."""
-    cfg = model_config("single_column")
+    cfg = compose_config(["model=single_column"])
     model = calibrated_model(cfg, photos)
     out = tmp_path / "model.onnx"
     out.write_bytes(b"an earlier, verified export")
@@ -171,7 +167,7 @@ def test_comparison_catches_a_mismatch(tmp_path):
     ],
 )
 def test_every_model_family_exports(name, photos, tmp_path):
-    cfg = model_config(name)
+    cfg = compose_config([f"model={name}"])
     model = calibrated_model(cfg, photos)
     options = ExportConfig(checkpoint="unused", out=str(tmp_path / "m.onnx"), sizes=SIZES)
     options.batch_sizes = BATCH_SIZES

@@ -33,10 +33,10 @@ PREDICT_BYTES_PER_PIXEL = 22
 
 
 @pytest.fixture(scope="module")
-def checkpoint(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def checkpoint(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """last.pt of a real 2-step run (single-column net, vikram pairs)."""
     root = tmp_path_factory.mktemp("run")
-    data = make_folder_subset(shared_datasets, root / "data")
+    data = make_folder_subset(vikram_pairs, root / "data")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("SEG_DATA_DIR", raising=False)
         train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
@@ -44,12 +44,12 @@ def checkpoint(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="module")
-def large_photo(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def large_photo(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real vikram photo and its mask enlarged to 4000 x 3000, as a ``data=folder`` root."""
     root = tmp_path_factory.mktemp("large")
     (root / "images").mkdir()
     (root / "masks").mkdir()
-    src = shared_datasets / "vikram_human_seg"
+    src = vikram_pairs
     image = cv2.imread(str(src / "Training_Images" / "1.jpg"))
     mask = cv2.imread(str(src / "Ground_Truth" / "1.png"), cv2.IMREAD_GRAYSCALE)
     size = (4000, 3000)
@@ -107,13 +107,13 @@ def test_bands_of_columns_equal_one_interpolation() -> None:
 
 
 def test_labels_made_in_bands_are_the_argmax_of_the_probabilities(
-    shared_datasets: Path, checkpoint: Path
+    vikram_pairs: Path, checkpoint: Path
 ) -> None:
     """With every test-time option, the class map that evaluation scores equals the argmax of
     the full-size probabilities, however narrow its bands."""
     model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
     names = ("1.jpg", "3.jpg", "56.jpg")
-    photos = [read_image(shared_datasets / "vikram_human_seg/Training_Images" / n) for n in names]
+    photos = [read_image(vikram_pairs / "Training_Images" / n) for n in names]
     options = [{}, {"flip": True, "scales": [0.75, 1.25]}, {"window": [48, 40], "stride": [24, 20]}]
     for kwargs in options:
         predictor = build_probability_predictor(model, cfg, "cpu", **kwargs)

@@ -37,10 +37,10 @@ PARAMETERS = {  # the variable each notebook's first code cell reads from the en
 
 
 @pytest.fixture(scope="module")
-def runs(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny real training run of each variant: 4 steps (epochs of 3), validated at 3 and 4."""
     root = tmp_path_factory.mktemp("notebook_runs")
-    data = make_folder_subset(shared_datasets, root / "data")
+    data = make_folder_subset(vikram_pairs, root / "data")
     out = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("SEG_DATA_DIR", raising=False)  # data.root must be the one used

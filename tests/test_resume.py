@@ -33,9 +33,9 @@ def _history(run: Path) -> list[dict]:
 
 
 @pytest.fixture
-def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SEG_DATA_DIR", raising=False)
-    return make_folder_subset(shared_datasets, tmp_path / "data")
+    return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
 def test_resume_gives_identical_parameters_and_logs(data_root: Path, tmp_path: Path) -> None:

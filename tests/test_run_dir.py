@@ -25,9 +25,9 @@ from seg.engine.train import train
 
 
 @pytest.fixture
-def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SEG_DATA_DIR", raising=False)
-    return make_folder_subset(shared_datasets, tmp_path / "data")
+    return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
 def _train(data_root: Path, run: Path, *extra: str) -> dict:

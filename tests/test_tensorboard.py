@@ -30,9 +30,9 @@ VAL_IMAGES = 2
 
 
 @pytest.fixture(scope="module")
-def run(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tb")
-    data = make_folder_subset(shared_datasets, root / "data")
+    data = make_folder_subset(vikram_pairs, root / "data")
     overrides = [*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]
     overrides += ["logging.tensorboard=true", f"logging.val_images={VAL_IMAGES}"]
     with pytest.MonkeyPatch.context() as mp:
@@ -197,7 +197,7 @@ def test_flatten_hparams() -> None:
     }
 
 
-def test_validation_images_of_both_orientations(shared_datasets: Path, tmp_path: Path) -> None:
+def test_validation_images_of_both_orientations(vikram_pairs: Path, tmp_path: Path) -> None:
     """Watched samples on portrait and landscape canvases: panels at each sample's own size."""
     import torch
     from torch import nn
@@ -207,7 +207,7 @@ def test_validation_images_of_both_orientations(shared_datasets: Path, tmp_path:
     from seg.data.listing import list_vikram
     from seg.data.transforms import build_eval_transform
 
-    listing = list_vikram(shared_datasets / "vikram_human_seg", 0.0, 0.0)
+    listing = list_vikram(vikram_pairs, 0.0, 0.0)
     aug = AugConfig(eval_size=[64, 48])
     refs = [listing.refs[i] for i in ("1", "3")]  # landscape, portrait
     dataset = SegDataset(refs, build_eval_transform(aug))

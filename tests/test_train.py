@@ -7,15 +7,18 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
+from synthetic import VIKRAM_LIKE, write_vikram_like
 from training_utils import REPO, VAL_IDS, make_folder_subset, tiny_overrides
 
 from seg.checkpoint import CheckpointError, load_checkpoint, load_model_from_checkpoint
 from seg.config import compose_config, compose_dict
-from seg.data import build_eval_datasets
+from seg.data import SegDataset, build_eval_datasets
+from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform
 from seg.distributed import shard
 from seg.engine.data import ResumableSampler
@@ -38,12 +41,33 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "exp").glob("*.yaml"))
 
 
 @pytest.fixture
-def data_root(shared_datasets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SEG_DATA_DIR", raising=False)  # data.root must be the one used
-    return make_folder_subset(shared_datasets, tmp_path / "data")
+    return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
 # --- The whole path ----------------------------------------------------------------------
+
+
+def test_drawn_pairs_stand_in_for_the_real_ones(tmp_path: Path) -> None:
+    """Where ../shared/datasets is missing, the core tests run on tests/synthetic.py's drawn
+    pairs: the same files every time, read by the vikram listing, and a model trains on them."""
+    first = write_vikram_like(tmp_path / "a" / "vikram_human_seg")
+    again = write_vikram_like(tmp_path / "b" / "vikram_human_seg")
+    for path in sorted(first.rglob("*.*")):
+        assert path.read_bytes() == (again / path.relative_to(first)).read_bytes(), path
+    listing = list_vikram(first, 0.0, 0.0)
+    assert sorted(listing.refs) == sorted(VIKRAM_LIKE)
+    dataset = SegDataset([listing.refs[stem] for stem in VIKRAM_LIKE])
+    for i, (width, height, gray) in enumerate(VIKRAM_LIKE.values()):
+        image, mask = dataset.load_raw(i)
+        assert image.shape == (height, width, 3)
+        assert (image[..., 0] == image[..., 1]).all() == gray
+        assert 0.03 < (mask == 1).mean() < 0.6 and set(np.unique(mask)) == {0, 1}
+    data = make_folder_subset(first, tmp_path / "data")
+    run = tmp_path / "run"
+    result = train(compose_dict("train", [*tiny_overrides(data, run), "trainer.max_steps=2"]))
+    assert result["step"] == 2 and math.isfinite(result["val/folder/pixel_acc"])
 
 
 def test_two_steps_on_real_files(data_root: Path, tmp_path: Path) -> None:

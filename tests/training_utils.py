@@ -1,4 +1,4 @@
-"""Helpers of the training tests: a few real pairs as a ``data=folder`` dataset, tiny overrides,
+"""Helpers of the training tests: a few pairs as a ``data=folder`` dataset, tiny overrides,
 a subprocess environment for multi-process runs, and BatchNorm statistics from real images."""
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from seg.config import Config, compose_config
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_IDS = ("1", "2", "3", "10", "11", "12")  # 3 steps/epoch at batch 2 (or 2 ranks x 1)
 VAL_IDS = ("20", "21", "22")  # odd: two ranks get 2 + 1 samples, no padding allowed
 
 
-def make_folder_subset(shared: Path, dst: Path) -> Path:
-    """Copy real vikram_human_seg pairs into ``dst/{images,masks}/{train,val}`` (mmseg layout)."""
-    src = shared / "vikram_human_seg"
+def make_folder_subset(src: Path, dst: Path) -> Path:
+    """Copy pairs of the vikram_human_seg folder ``src`` (the ``vikram_pairs`` fixture) into
+    ``dst/{images,masks}/{train,val}`` (mmseg layout)."""
     for split, ids in (("train", TRAIN_IDS), ("val", VAL_IDS)):
         (dst / "images" / split).mkdir(parents=True, exist_ok=True)
         (dst / "masks" / split).mkdir(parents=True, exist_ok=True)
@@ -26,6 +28,15 @@ def make_folder_subset(shared: Path, dst: Path) -> Path:
             shutil.copy(src / "Training_Images" / f"{i}.jpg", dst / "images" / split)
             shutil.copy(src / "Ground_Truth" / f"{i}.png", dst / "masks" / split)
     return dst
+
+
+def tiny_config() -> Config:
+    """A dual-column net of a few channels at a 128x96 eval size: for inference tests."""
+    cfg = compose_config(["model=dual_channel", "aug.eval_size=[128,96]"])
+    for column in cfg.model.columns:
+        column.widths = [4, 8, 8, 8, 8]
+        column.blocks = [1, 1, 1, 1, 1]
+    return cfg
 
 
 def tiny_overrides(data_root: Path, run_dir: Path | None = None) -> list[str]:
