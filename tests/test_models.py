@@ -22,10 +22,10 @@ from seg.models import (
     build_model,
     summarize_model,
 )
+from seg.models.deploy import deploy_model, fold_batchnorm
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MODEL_CONFIGS = sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml"))
-EXP_CONFIGS = sorted(p.stem for p in (CONFIGS / "exp").glob("*.yaml"))
 CPU = torch.device("cpu")
 
 
@@ -111,6 +111,36 @@ def test_state_dict_round_trip(name):
         buffer.seek(0)
         again.load_state_dict(torch.load(buffer, weights_only=True))
         assert torch.equal(model(x)["out"], again(x)["out"])
+
+
+@pytest.mark.parametrize("name", MODEL_CONFIGS)
+def test_deploy_model_folds_every_batchnorm_and_keeps_the_logits(name):
+    """Batch norm folded into the convolutions (random statistics, so folding is not a no-op)
+    and auxiliary heads dropped: the same logits, no BatchNorm and no aux parameter left."""
+    torch.manual_seed(0)
+    model = build_model(model_config(name, ("model.aux_heads=true",) if _has_aux(name) else ()))
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.uniform_(-0.2, 0.2)
+    model.eval()
+    batchnorms = sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    folded, count = fold_batchnorm(model)
+    assert count == batchnorms > 0
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    deployed = deploy_model(model)
+    assert not any("aux" in k for k in deployed.state_dict())
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()) == batchnorms
+    x = torch.randn(2, 3, 72, 104)
+    with torch.no_grad():
+        expected, got = model(x)["out"], deployed(x)["out"]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5 * float(expected.abs().max()))
+
+
+def _has_aux(name: str) -> bool:
+    return name.startswith(("deeplabv3", "fcn")) or model_config(name).name is ModelName.multicolumn
 
 
 @pytest.mark.parametrize("name", MODEL_CONFIGS)

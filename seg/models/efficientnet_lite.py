@@ -57,6 +57,9 @@ class MBConvBlock(nn.Module):
     """Inverted residual: 1x1 expand, depthwise kxk, 1x1 project; identity skip when shapes
     agree. Attribute names follow the weights file (``_expand_conv``, ``_bn0``, ...)."""
 
+    # conv -> its BatchNorm, applied back to back in forward (seg.models.deploy folds them)
+    FOLD_PAIRS = (("_expand_conv", "_bn0"), ("_depthwise_conv", "_bn1"), ("_project_conv", "_bn2"))
+
     def __init__(self, kernel: int, in_ch: int, out_ch: int, expand: int, stride: int) -> None:
         super().__init__()
         mid = in_ch * expand
@@ -82,6 +85,8 @@ class EfficientNetLite0(nn.Module):
     """The ImageNet classifier: ``forward((B,3,H,W)) -> (B,1000)`` logits; ``features`` gives the
     five stride levels 2..32 (channels ``STAGE_CHANNELS``). Inputs are normalised with
     ``LITE0_MEAN`` / ``LITE0_STD`` (see ``seg.models.backbones``)."""
+
+    FOLD_PAIRS = (("_conv_stem", "_bn0"), ("_conv_head", "_bn1"))  # see MBConvBlock
 
     def __init__(self, num_classes: int = 1000, head: bool = True) -> None:
         super().__init__()
