@@ -1,16 +1,21 @@
-"""Benchmark, side by side in one run: machine limits, models, data pipeline, scaling.
+"""Benchmark, side by side in one run: machine limits, models, inference backends, data
+pipeline, scaling.
 
     python scripts/benchmark.py                                # all sections, every model config
     python scripts/benchmark.py --sections limits models --models dual_channel unet
     python scripts/benchmark.py --sections models --models dual_channel dual_channel:compile \\
         dual_channel:bf16 lraspp_mobilenet_v3_large lraspp_mobilenet_v3_large:bf16
+    python scripts/benchmark.py --sections inference --models dual_channel --size 256 256
     python scripts/benchmark.py --device cuda --precision bf16 --size 512 512 \\
         --models dual_channel lraspp_mobilenet_v3_large --json bench.json
 
 Sections (seg/benchmark/): ``limits`` (fp32 2048^3 matmul and a dense 3x3 conv, GFLOP/s);
 ``models`` (params, train GFLOP/img = 3x the forward, train img/s of forward + backward + SGD
 steps on random inputs, achieved GFLOP/s and its share of the conv limit, inference ms/img at
-batch 1 and 8, peak memory; each model in a fresh process); ``data`` (human_mix train split with
+batch 1 and 8, peak memory; each model in a fresh process); ``inference`` (on the CPU, per
+model: eager PyTorch as trained, with batch norm folded, in bf16 where native, and ONNX Runtime
+on its export: median and p90 ms/img at batch 1 and 8, each call timed; default model
+dual_channel); ``data`` (human_mix train split with
 the full train transform: samples/s per loader worker against the training consumption, and the
 share of a real training loop's time spent waiting for data; needs the data, see data.root /
 SEG_DATA_DIR); ``scaling`` (DDP img/s with 1 and 2 gloo processes on CPU, 1..N GPUs on CUDA).

@@ -13,7 +13,9 @@ Options are Hydra overrides of ``seg.config.EvalConfig`` (configs/evaluate.yaml)
 ``metrics.json``, ``per_image.csv``, ``report.txt`` and ``worst/`` into ``out=DIR`` (default
 ``<run_dir>/eval/<data>_<split>/``) and prints a table per source with the line
 ``pixel accuracy X% vs target 88%: PASS/FAIL``. Runs under torchrun too (images sharded over
-the ranks, counts summed). See docs/evaluation.md. Exits 2 on bad input, naming it.
+the ranks, counts summed). ``backend=auto|torch|onnxruntime`` picks what runs the network
+(auto: ONNX Runtime on a CPU, its export cached beside the checkpoint; the metrics agree with
+PyTorch's to 1e-4). See docs/evaluation.md. Exits 2 on bad input, naming it.
 """
 
 from __future__ import annotations

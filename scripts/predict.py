@@ -18,6 +18,9 @@ unknown key or a bad value fails at start, naming it):
   background  replace: an image file or a colour (green, white, '#RRGGBB', 'R,G,B')
   device      auto (cuda, else mps, else cpu) | cpu | cuda[:N] | mps; column_devices=[cuda:0,
               cuda:1] splits a multi-column model over GPUs
+  backend     auto (onnxruntime on a CPU, else torch) | torch | onnxruntime: ONNX Runtime runs
+              the checkpoint's export, made once and cached beside it (<stem>.<key>.onnx);
+              threads=N caps the CPU threads of either (docs/evaluation.md, "Backends")
   batch_size, tta (null | flip),
   blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error | skip),
   progress
@@ -29,11 +32,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
-from seg.checkpoint import load_model_from_checkpoint
 from seg.cli import run_script
 from seg.config import compose_predict_config
 from seg.inference import run_predict
+from seg.inference.backend import load_inference_model
+from seg.inference.media import find_inputs
 
 log = logging.getLogger("predict")
 
@@ -44,17 +49,29 @@ def main(argv: list[str]) -> int:
 
 def _predict(argv: list[str]) -> int:
     cfg = compose_predict_config(argv)
-    model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
+    find_inputs(Path(cfg.input))  # a missing input fails before the model is loaded or exported
+    model, train_cfg = load_inference_model(
+        cfg.checkpoint, cfg.backend, cfg.device, cfg.column_devices, cfg.threads
+    )
     summary = run_predict(cfg, model, train_cfg)
     log.info(
-        "%d image(s), %d video frame(s) on %s -> %d file(s) in %s%s",
+        "%d image(s), %d video frame(s) on %s (%s) -> %d file(s) in %s%s",
         summary["images"],
         summary["frames"],
         summary["device"],
+        summary["backend"],
         len(summary["written"]),
         cfg.out,
         f"; skipped {summary['skipped']}" if summary["skipped"] else "",
     )
+    stages = summary.get("video_seconds")
+    if stages:  # end-to-end video throughput and where its time goes
+        total = sum(stages.values())
+        shares = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in stages.items())
+        fps = summary["frames"] / total
+        log.info(
+            "video: %d frames in %.1f s, %.1f frames/s (%s)", summary["frames"], total, fps, shares
+        )
     return 0
 
 

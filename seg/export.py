@@ -1,162 +1,53 @@
-"""ONNX export with dynamic batch, height and width, checked against PyTorch in ONNX Runtime.
-
-The graph takes ``image``: float32 (batch, 3, height, width), RGB normalised with the training
-config's mean/std (the eval preset's output), and returns ``logits``: (batch, K, height,
-width), the model's ``"out"`` in eval mode (no auxiliary heads). Preprocessing facts (eval
-size, mean, std, size divisor) are stored in the file's metadata (``seg.*`` keys).
-
-Exporter: torch 2.14's default, ``torch.onnx.export(..., dynamo=True)`` (``torch.export`` with
-symbolic shapes, needs ``onnxscript``). The older TorchScript exporter (``dynamo=False``) cannot
-export these models with dynamic height and width: the multi-column net's feature exchange
-uses ``adaptive_avg_pool2d`` to a size read from another tensor, which it only converts for
-constant sizes. Any height and width work in the exported graph, not only multiples of the
-model's ``size_divisor``: the example input is given odd sides on purpose, so that the traced
-graph contains the internal pad-to-a-multiple and crop-back path (with a multiple, tracing
-would skip the zero pad and the graph would fail on other sizes). ``compare_with_onnx`` checks
-sizes of both kinds.
+"""``scripts/export.py``: a checkpoint to an ONNX file, checked against PyTorch in ONNX Runtime
+on real images before it takes its name. The graph, its metadata and the check itself live in
+``seg.inference.onnx`` (the ONNX Runtime backend of prediction and evaluation uses them too).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 from seg.config import AugConfig, Config, ExportConfig
 from seg.data.batching import pad_batch
 from seg.data.io import read_image
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_pad_value
-from seg.fileio import atomic_path
+from seg.inference.onnx import (
+    AXES,
+    INPUT_NAME,
+    OUTPUT_NAME,
+    ExportCheck,
+    ExportMismatchError,
+    LogitsOnly,
+    compare_with_onnx,
+    cpu_copy,
+    export_onnx,
+    model_metadata,
+    onnx_session,
+)
 
-INPUT_NAME, OUTPUT_NAME = "image", "logits"
-AXES = ("batch", "height", "width")  # names of the dynamic axes 0, 2 and 3 in the ONNX file
-
-
-class ExportMismatchError(RuntimeError):
-    """ONNX Runtime's logits or masks differ from PyTorch's beyond the tolerances."""
-
-
-class LogitsOnly(nn.Module):
-    """``model(x)["out"]``: the exported graph returns a tensor, not the training dict."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: Tensor) -> Tensor:
-        """(B, 3, H, W) -> logits (B, K, H, W)."""
-        return self.model(x)["out"]
-
-
-def cpu_copy(model: nn.Module) -> nn.Module:
-    """An eval-mode copy of ``model`` with every part on the CPU (the caller's is untouched)."""
-    model = copy.deepcopy(model).eval()
-    place = getattr(model, "place", None)
-    if place is not None:
-        return place([torch.device("cpu")] * getattr(model, "num_columns", 1))
-    return model.cpu()
-
-
-def export_onnx(
-    model: nn.Module,
-    path: Path,
-    example_hw: Sequence[int] = (256, 192),
-    opset: int | None = None,
-    metadata: dict[str, str] | None = None,
-) -> Path:
-    """Export ``model``'s logits to ``path`` (one file, atomically; < 2 GB); returns ``path``.
-
-    ``example_hw`` is the traced input size, made odd (see the module docstring); the batch,
-    height and width stay dynamic. ``opset`` None takes the exporter's default.
-    """
-    from torch.export import Dim
-
-    net = LogitsOnly(cpu_copy(model)).eval()
-    h, w = (int(s) | 1 for s in example_hw)  # odd: not a multiple of any size divisor
-    example = torch.randn(2, 3, h, w)  # batch 2: torch.export specialises sizes 0 and 1
-    auto = {0: Dim.AUTO, 2: Dim.AUTO, 3: Dim.AUTO}
-    program = torch.onnx.export(
-        net,
-        (example,),
-        None,
-        dynamo=True,
-        input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME],
-        dynamic_shapes={"x": auto},
-        opset_version=opset,
-        verbose=False,
-    )
-    shape = program.model.graph.inputs[0].shape
-    program.rename_axes({shape[i]: name for i, name in zip((0, 2, 3), AXES, strict=True)})
-    program.model.metadata_props.update(metadata or {})
-    with atomic_path(path) as tmp:
-        program.save(tmp, external_data=False)
-    return path
-
-
-def model_metadata(model: nn.Module, cfg: Config) -> dict[str, str]:
-    """What a user of the ONNX file needs to prepare its input (``seg.*`` metadata keys)."""
-    aug = check_aug_config(cfg.aug)
-    name = getattr(cfg.model.name, "value", cfg.model.name)
-    return {
-        "seg.model": str(name),
-        "seg.input": "float32 (batch, 3, height, width) RGB, (x / 255 - mean) / std",
-        "seg.output": "logits (batch, classes, height, width); class 1 = person",
-        "seg.mean": ",".join(f"{v:g}" for v in aug.mean),
-        "seg.std": ",".join(f"{v:g}" for v in aug.std),
-        "seg.eval_size": f"{aug.eval_size[0]},{aug.eval_size[1]}",
-        "seg.size_divisor": str(getattr(model, "size_divisor", 1)),
-    }
-
-
-def onnx_session(path: Path, providers: list[str] | None = None) -> Any:
-    """An ONNX Runtime session (CPU unless ``providers`` says otherwise)."""
-    import onnxruntime as ort
-
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: ONNX file does not exist")
-    return ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
-
-
-@dataclass
-class ExportCheck:
-    """PyTorch vs ONNX Runtime on the same batches."""
-
-    max_abs_diff: float  # largest |logit difference| over all batches
-    mask_agreement: float  # fraction of pixels whose argmax agrees, over all batches
-    cases: list[dict[str, Any]] = field(default_factory=list)  # per batch: shape, diff, agreement
-
-    def ok(self, tolerance: float, min_agreement: float) -> bool:
-        return self.max_abs_diff <= tolerance and self.mask_agreement >= min_agreement
-
-
-@torch.inference_mode()
-def compare_with_onnx(model: nn.Module, session: Any, batches: Sequence[Tensor]) -> ExportCheck:
-    """Run each (B, 3, H, W) batch through ``model`` (on CPU, eval) and ``session``."""
-    net = LogitsOnly(cpu_copy(model)).eval()
-    cases, agree, total = [], 0, 0
-    for batch in batches:
-        ref = net(batch.cpu()).float().numpy()
-        got = session.run([OUTPUT_NAME], {INPUT_NAME: batch.cpu().numpy()})[0]
-        if got.shape != ref.shape:
-            raise ValueError(f"ONNX output shape {got.shape} != PyTorch's {ref.shape}")
-        same = int((got.argmax(1) == ref.argmax(1)).sum())
-        pixels = ref.shape[0] * ref.shape[2] * ref.shape[3]
-        diff = float(np.abs(got - ref).max())
-        cases.append({"shape": list(batch.shape), "max_abs_diff": diff, "agreement": same / pixels})
-        agree, total = agree + same, total + pixels
-    if not cases:
-        raise ValueError("compare_with_onnx needs at least one batch")
-    worst = max(c["max_abs_diff"] for c in cases)
-    return ExportCheck(max_abs_diff=worst, mask_agreement=agree / total, cases=cases)
+__all__ = [
+    "AXES",
+    "INPUT_NAME",
+    "OUTPUT_NAME",
+    "ExportCheck",
+    "ExportMismatchError",
+    "LogitsOnly",
+    "compare_with_onnx",
+    "cpu_copy",
+    "export_onnx",
+    "image_batches",
+    "model_metadata",
+    "onnx_session",
+    "read_images",
+    "run_export",
+]
 
 
 def image_batches(

@@ -49,10 +49,10 @@ WORST = 2
 
 
 @pytest.fixture(scope="module")
-def checkpoint(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def checkpoint(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """last.pt of a real 2-step run (single-column net, 64x64, vikram pairs)."""
     root = tmp_path_factory.mktemp("run")
-    data = make_folder_subset(shared_datasets, root / "data")
+    data = make_folder_subset(vikram_pairs, root / "data")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("SEG_DATA_DIR", raising=False)
         train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
@@ -211,9 +211,9 @@ class PixelModel(SegmentationModel):
 
 
 @pytest.fixture
-def photos(shared_datasets: Path) -> list[np.ndarray]:
+def photos(vikram_pairs: Path) -> list[np.ndarray]:
     names = ("1.jpg", "3.jpg")  # two sizes and orientations
-    return [read_image(shared_datasets / "vikram_human_seg/Training_Images" / n) for n in names]
+    return [read_image(vikram_pairs / "Training_Images" / n) for n in names]
 
 
 def probabilities(model: nn.Module, photos: list[np.ndarray], **kwargs) -> list[torch.Tensor]:
@@ -261,13 +261,13 @@ MIXED = ("1.jpg", "3.jpg", "56.jpg")  # landscape 183x276, portrait 275x183, squ
 
 
 def test_mixed_orientations_in_one_batch_equal_each_image_alone(
-    checkpoint: Path, shared_datasets: Path
+    checkpoint: Path, vikram_pairs: Path
 ) -> None:
     """Landscape, portrait and square photos share a batch (two canvases: 128x96 and 96x128)
     and get, with each test-time option, the probabilities each gets alone, at its own size."""
     model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
     cfg.aug.eval_size = [128, 96]
-    photos = [read_image(shared_datasets / "vikram_human_seg/Training_Images" / n) for n in MIXED]
+    photos = [read_image(vikram_pairs / "Training_Images" / n) for n in MIXED]
     transform = build_eval_transform(cfg.aug)
     model = calibrate_batchnorm(model, pad_batch([transform(image=p)["image"] for p in photos])[0])
     options = [{}, {"flip": True, "scales": [0.75, 1.0]}, {"window": [64, 48], "stride": [32, 24]}]
@@ -285,13 +285,13 @@ def test_mixed_orientations_in_one_batch_equal_each_image_alone(
 
 
 def test_validation_batches_mix_orientations_and_score_as_batches_of_one(
-    checkpoint: Path, shared_datasets: Path
+    checkpoint: Path, vikram_pairs: Path
 ) -> None:
     """Training's validation loader pads a mixed batch (images with the eval preset's pad
     value, masks with 255) and ``evaluate`` counts exactly what batches of one count."""
     model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
     aug = dataclasses.replace(cfg.aug, eval_size=[128, 96], mask_fill=255)
-    listing = list_vikram(shared_datasets / "vikram_human_seg", 0.0, 0.0)
+    listing = list_vikram(vikram_pairs, 0.0, 0.0)
     refs = [listing.refs[n.removesuffix(".jpg")] for n in (*MIXED, "2.jpg")]
     datasets = {"vikram_human_seg": SegDataset(refs, build_eval_transform(aug))}
     fill = eval_pad_value(aug)
@@ -354,10 +354,10 @@ def test_typos_fail_when_composing() -> None:
 
 @pytest.mark.slow
 def test_two_processes_count_every_image_once(
-    checkpoint: Path, shared_datasets: Path, tmp_path: Path
+    checkpoint: Path, vikram_pairs: Path, tmp_path: Path
 ) -> None:
     """torchrun, 2 gloo ranks: the shards' summed counts equal one process's, row for row."""
-    data = make_folder_subset(shared_datasets, tmp_path / "data")  # 9 images: shards of 5 + 4
+    data = make_folder_subset(vikram_pairs, tmp_path / "data")  # 9 images: shards of 5 + 4
     base = [f"checkpoint={checkpoint}", "data=folder", f"data.root={data}", "split=all"]
     base += ["num_workers=0", "progress=false", "device=cpu", "worst=3"]
     one = run_evaluation(compose_eval_config([*base, f"out={tmp_path / 'one'}"]))
@@ -402,3 +402,33 @@ def test_a_set_of_bad_pairs_only_is_an_error_not_a_pass(
     assert load_script().main(args) == 2
     assert "no image of folder all could be scored: all 2 pairs are bad" in caplog.text
     assert not out.exists()
+
+
+def test_onnxruntime_and_torch_backends_score_alike(
+    checkpoint: Path, vikram_pairs: Path, tmp_path: Path
+) -> None:
+    """The same evaluation through both backends (flip and two scales, mixed orientations):
+    every metric within 1e-4, the stated tolerance, and the confusion matrices within 1e-4 of
+    the pixels (fp32 both; only logits tied within rounding can flip a pixel)."""
+    ckpt = tmp_path / "ckpt" / "last.pt"  # its own folder: the export is cached beside it
+    ckpt.parent.mkdir()
+    shutil.copy(checkpoint, ckpt)
+    data = make_folder_subset(vikram_pairs, tmp_path / "data")
+    base = [f"checkpoint={ckpt}", "data=folder", f"data.root={data}", "split=all", "worst=0"]
+    base += ["num_workers=0", "progress=false", "device=cpu", "tta=[flip]", "scales=[0.75,1.0]"]
+    results = {
+        backend: run_evaluation(
+            compose_eval_config([*base, f"backend={backend}", f"out={tmp_path / backend}"])
+        )
+        for backend in ("torch", "onnxruntime")
+    }
+    torch_r, ort_r = results["torch"], results["onnxruntime"]
+    assert torch_r["backend"] == "torch" and ort_r["backend"] == "onnxruntime"
+    assert len(list(ckpt.parent.glob("last.*.onnx"))) == 1
+    confusion = np.asarray(torch_r["confusion"]["all"])
+    assert confusion[:, 1].sum() > 0 and confusion[:, 0].sum() > 0  # both classes predicted
+    differ = np.abs(confusion - np.asarray(ort_r["confusion"]["all"])).sum() / 2
+    assert differ <= 1e-4 * confusion.sum()
+    for key in ("pixel_acc", "iou_person", "miou", "dice_person", "bf_2", "boundary_iou"):
+        a, b = torch_r["overall"][key], ort_r["overall"][key]
+        assert (a is None and b is None) or abs(a - b) <= 1e-4, (key, a, b)

@@ -13,7 +13,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import MissingMandatoryValue
 from torch import nn
-from training_utils import calibrate_batchnorm
+from training_utils import calibrate_batchnorm, tiny_config
 
 from seg.config import (
     AlphaMode,
@@ -21,7 +21,6 @@ from seg.config import (
     Config,
     OutputKind,
     PredictConfig,
-    compose_config,
     compose_predict_config,
 )
 from seg.data.batching import pad_batch
@@ -35,18 +34,10 @@ from seg.models import SegmentationModel, build_model
 
 REPO = Path(__file__).resolve().parents[1]
 # Different sizes and orientations; 56.jpg is one of vikram's grayscale JPEGs.
-IMAGES = ("vikram_human_seg/Training_Images/1.jpg", "vikram_human_seg/Training_Images/3.jpg")
-GRAY = "vikram_human_seg/Training_Images/56.jpg"
+IMAGES = ("Training_Images/1.jpg", "Training_Images/3.jpg")  # of the vikram_pairs folder
+GRAY = "Training_Images/56.jpg"
 ALL_KINDS = [k.value for k in OutputKind]
 EXT = {"mask": ".png", "overlay": ".jpg", "cutout": ".png", "blur": ".jpg", "bg": ".jpg"}
-
-
-def tiny_config() -> Config:
-    cfg = compose_config(["model=dual_channel", "aug.eval_size=[128,96]"])
-    for column in cfg.model.columns:
-        column.widths = [4, 8, 8, 8, 8]
-        column.blocks = [1, 1, 1, 1, 1]
-    return cfg
 
 
 def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
@@ -61,11 +52,11 @@ def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
 
 
 @pytest.fixture
-def photos(data_env: Path, tmp_path: Path) -> Path:
+def photos(vikram_pairs: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "photos"
     folder.mkdir()
     for rel in (*IMAGES, GRAY):
-        shutil.copy(data_env / rel, folder)
+        shutil.copy(vikram_pairs / rel, folder)
     return folder
 
 
@@ -145,10 +136,10 @@ class RedIsPerson(SegmentationModel):
 
 
 @pytest.mark.parametrize("tta", [False, True])
-def test_masks_line_up_with_the_original_image(data_env, tta):
+def test_masks_line_up_with_the_original_image(vikram_pairs, tta):
     cfg = tiny_config()
     predictor = build_predictor(RedIsPerson(), cfg, device="cpu", tta=tta)
-    images = [read_image(data_env / rel) for rel in IMAGES]
+    images = [read_image(vikram_pairs / rel) for rel in IMAGES]
     for image, pred in zip(images, predictor(images), strict=True):
         expected = image[..., 0] > 255 * cfg.aug.mean[0]
         # Padding cropped, no offset: only pixels near red edges may differ (downscale blur).
@@ -187,6 +178,8 @@ def test_video_gives_a_video_per_kind_with_every_frame(setup, photos, tmp_path):
         predict_cfg(video, tmp_path / "out", outputs=kinds, batch_size=4), model, cfg
     )
     assert summary["frames"] == 6 and summary["images"] == 0
+    stages = summary["video_seconds"]  # the stage shares predict.py reports
+    assert list(stages) == ["decode", "infer", "render", "encode"] and min(stages.values()) > 0
     for suffix in ("mask", "blur", "bg"):
         assert count_frames(tmp_path / "out" / f"clip_{suffix}.mp4") == (6, (96, 128))
     with pytest.raises(ValueError, match="cutout"):

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from seg.benchmark.data import data_wait_share, loader_throughput
+from seg.benchmark.inference import measure_backends
 from seg.benchmark.limits import measure_limits
 from seg.benchmark.models import (
     DTYPES,
@@ -25,10 +26,11 @@ from seg.benchmark.models import (
 from seg.benchmark.scaling import cpu_cores, measure_scaling
 from seg.config import compose_config
 from seg.data.download import DatasetNotFoundError
+from seg.inference.backend import missing_onnx_packages
 
 log = logging.getLogger(__name__)
 
-SECTIONS = ("limits", "models", "data", "scaling")
+SECTIONS = ("limits", "models", "inference", "data", "scaling")
 
 
 @dataclass
@@ -174,6 +176,15 @@ def run_benchmark(opts: BenchmarkOptions) -> dict[str, Any]:
             key = limit_key("conv3x3", row["precision"], s.precision)
             conv = result.get("limits", {}).get(key, {}).get("gflops_per_s")
             row["conv_limit_fraction"] = row["achieved_gflops_per_s"] / conv if conv else None
+    if "inference" in opts.sections:
+        # Every path on the CPU; the models asked for, else the default model (an export each).
+        names = [split_model_spec(m).name for m in opts.models or ["dual_channel"]]
+        missing = missing_onnx_packages()
+        if s.device != "cpu" or missing:
+            why = f"needs {', '.join(missing)}" if missing else "CPU backends only (--device cpu)"
+            result["inference"] = {"skipped": why}
+        else:
+            result["inference"] = {"rows": measure_backends(list(dict.fromkeys(names)), s)}
     if "data" in opts.sections:
         result["data"] = run_data(opts, result.get("models", []))
         log.info("data: %s", result["data"].get("skipped", "done"))

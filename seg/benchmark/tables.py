@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from seg.benchmark.inference import format_backends
+
 
 def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
@@ -105,6 +107,13 @@ def format_report(result: dict[str, Any]) -> str:
         parts.append(format_limits(result["limits"]))
     if "models" in result:
         parts.append(format_models(result["models"]))
+    if "inference" in result:
+        inference = result["inference"]
+        if "skipped" in inference:
+            parts.append(f"inference backends: skipped ({inference['skipped']})")
+        else:
+            size = result["options"]["settings"]["size"]
+            parts.append(format_backends(inference["rows"], tuple(size)))
     if "data" in result:
         parts.append(format_data(result["data"]))
     if "scaling" in result:

@@ -33,6 +33,7 @@ from seg.config.data import (
 )
 from seg.config.evaluate import (
     TTA,
+    Backend,
     EvalConfig,
     SlideConfig,
     check_eval_config,
@@ -68,6 +69,7 @@ __all__ = [
     "TTA",
     "AlphaMode",
     "AugConfig",
+    "Backend",
     "BadSamplePolicy",
     "ColumnConfig",
     "Config",

@@ -27,6 +27,14 @@ class TTA(str, Enum):
     flip = "flip"  # average the logits of the image and of its horizontal mirror
 
 
+class Backend(str, Enum):
+    """What runs the network in evaluation and prediction (docs/inference.md, "Backends")."""
+
+    auto = "auto"  # onnxruntime on a CPU when it is installed, else torch
+    torch = "torch"  # eager PyTorch, batch norm folded; the only one that splits columns
+    onnxruntime = "onnxruntime"  # the checkpoint exported once (cached beside it), fp32
+
+
 @dataclass
 class SlideConfig:
     """Sliding-window inference over the model input (the image fit into ``eval_size``).
@@ -49,6 +57,8 @@ class EvalConfig:
     out: str | None = None  # default <run_dir>/eval/<data>_<split>, else outputs/eval/...
     device: str = "auto"  # auto (cuda, mps, cpu) | cpu | cuda | cuda:N | mps
     column_devices: list[str] = field(default_factory=list)  # one per model column
+    backend: Backend = Backend.auto
+    threads: int = 0  # CPU threads of the backend (0: torch's / ONNX Runtime's default)
     batch_size: int = 4
     num_workers: int = 2  # processes reading and decoding the images and masks
     # [H, W] model input for portrait images (bounds of the long and short side: landscape ones
@@ -77,6 +87,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
     checks = [
         (cfg.split in SPLITS, "split", cfg.split, f"one of {', '.join(SPLITS)}"),
         (cfg.batch_size >= 1, "batch_size", cfg.batch_size, "an integer >= 1"),
+        (cfg.threads >= 0, "threads", cfg.threads, "an integer >= 0 (0: the default)"),
         (cfg.num_workers >= 0, "num_workers", cfg.num_workers, "an integer >= 0"),
         (cfg.worst >= 0, "worst", cfg.worst, "an integer >= 0"),
         (cfg.worst_height >= 0, "worst_height", cfg.worst_height, "an integer >= 0"),

@@ -16,7 +16,7 @@ from omegaconf import MISSING
 
 from seg.config.compose import compose_options
 from seg.config.data import BadSamplePolicy
-from seg.config.evaluate import TTA
+from seg.config.evaluate import TTA, Backend
 
 
 class OutputKind(str, Enum):
@@ -43,6 +43,8 @@ class PredictConfig:
     # One device per column ([cuda:0,cuda:1]) to split a multi-column model over GPUs as in
     # training; empty: the whole model on `device`.
     column_devices: list[str] = field(default_factory=list)
+    backend: Backend = Backend.auto  # auto | torch | onnxruntime (see evaluate.py's Backend)
+    threads: int = 0  # CPU threads of the backend (0: torch's / ONNX Runtime's default)
     tta: TTA | None = None  # null or flip (twice the compute); evaluate.py takes a list of them
     alpha: AlphaMode = AlphaMode.hard  # of cutout, blur and replace
     # replace: an image file (resized to cover each image, centre-cropped) or a colour:
@@ -64,6 +66,7 @@ def check_predict_config(cfg: PredictConfig) -> None:
     checks = [
         (len(cfg.outputs) > 0, "outputs", cfg.outputs, "at least one of " + _names(OutputKind)),
         (cfg.batch_size >= 1, "batch_size", cfg.batch_size, "an integer >= 1"),
+        (cfg.threads >= 0, "threads", cfg.threads, "an integer >= 0 (0: the default)"),
         (0 < cfg.blur_sigma <= 1, "blur_sigma", cfg.blur_sigma, "a number in (0, 1]"),
         (0 <= cfg.overlay_opacity <= 1, "overlay_opacity", cfg.overlay_opacity, "in [0, 1]"),
         (1 <= cfg.jpeg_quality <= 100, "jpeg_quality", cfg.jpeg_quality, "an integer in 1..100"),

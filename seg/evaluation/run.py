@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from seg import distributed as du
-from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
+from seg.checkpoint import checkpoint_file
 from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
@@ -39,6 +39,7 @@ from seg.evaluation.report import (
     write_csv,
 )
 from seg.fileio import write_json
+from seg.inference.backend import load_inference_model
 from seg.inference.media import write_image
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent
@@ -128,7 +129,9 @@ def write_gallery(
 
 
 def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
-    model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
+    model, train_cfg = load_inference_model(
+        cfg.checkpoint, cfg.backend, cfg.device, cfg.column_devices, cfg.threads
+    )
     if cfg.eval_size is not None:
         # replace, not assign: the schema checks the new size when it is made
         train_cfg.aug = dataclasses.replace(
@@ -176,6 +179,7 @@ def _result(
         "confusion": {**confusion, "all": overall.confusion.tolist()},
         "skipped": skipped,
         "device": str(predictor.device),
+        "backend": predictor.predictors[0].model.backend,
         "world_size": du.world_size(),
     }
 

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from torch import nn
@@ -31,6 +32,22 @@ from seg.inference.predictor import Predictor, build_predictor
 from seg.inference.render import SUFFIXES, Background, RenderOptions, render
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class StageClock:
+    """Wall seconds spent in each named stage (``time(stage, fn, *args)`` runs and times)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def time(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            elapsed = time.perf_counter() - start
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed
 
 
 @dataclass
@@ -118,7 +135,8 @@ def predict_video(
 ) -> dict[str, Any]:
     """Predict a video frame by frame in batches; one mp4v video ``<stem>_<kind>.mp4`` per kind.
 
-    The outputs appear only once complete. Returns ``{"frames": n, "written": [paths]}``. A
+    The outputs appear only once complete. Returns ``{"frames": n, "written": [paths],
+    "seconds": {stage: s}}``, the wall time of each stage (decode, infer, render, encode). A
     video that decodes to fewer frames than its container reports (damaged, cut short) is
     written as far as it decodes, with a warning naming the file and both counts.
     """
@@ -126,19 +144,23 @@ def predict_video(
     capture, info = open_video(path)
     writers: list[tuple[OutputKind, VideoWriter]] = []
     frames = 0
+    clock = StageClock()
     try:
         with tqdm(
             total=info.frames or None, unit="frame", desc=path.name, disable=not progress
         ) as bar:
-            for images in frame_batches(capture, batch_size):
+            batches = frame_batches(capture, batch_size)
+            while (images := clock.time("decode", next, batches, None)) is not None:
                 if not writers:  # sized by the decoded frames, not the header (rotation)
                     size = images[0].shape[:2]
                     for kind in spec.kinds:
                         target = spec.path(path.stem, kind, video=True)
                         writers.append((kind, VideoWriter(target, info.fps, size)))
-                for image, pred in zip(images, predictor(images), strict=True):
+                predictions = clock.time("infer", predictor, images)
+                for image, pred in zip(images, predictions, strict=True):
                     for kind, writer in writers:
-                        writer.write(render(kind, image, pred, spec.options))
+                        frame = clock.time("render", render, kind, image, pred, spec.options)
+                        clock.time("encode", writer.write, frame)
                 frames += len(images)
                 bar.update(len(images))
         if frames == 0:
@@ -154,14 +176,14 @@ def predict_video(
                 frames,
                 frames,
             )
-        written = [str(writer.commit()) for _, writer in writers]
+        written = [str(clock.time("encode", writer.commit)) for _, writer in writers]
     except BaseException:
         for _, writer in writers:
             writer.abort()
         raise
     finally:
         capture.release()
-    return {"frames": frames, "written": written}
+    return {"frames": frames, "written": written, "seconds": dict(clock.seconds)}
 
 
 def build_output_spec(cfg: PredictConfig) -> OutputSpec:
@@ -180,7 +202,7 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     """Predict ``cfg.input`` (image, folder or video) with ``model`` and write ``cfg.outputs``.
 
     ``train_cfg`` is the config the model was trained with (its eval size, mean and std).
-    Returns ``{"images", "frames", "written", "skipped", "device"}``.
+    Returns ``{"images", "frames", "written", "skipped", "device", "backend"}``.
     """
     inputs = find_inputs(Path(cfg.input))
     spec = build_output_spec(cfg)
@@ -188,11 +210,13 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
         check_video_outputs(video, spec.kinds)
     tta = cfg.tta is TTA.flip
     predictor = build_predictor(model, train_cfg, cfg.device, tta, cfg.column_devices)
-    log.info("predicting on %s (tta=%s)", predictor.device, cfg.tta.value if cfg.tta else None)
+    backend = model.backend
+    tta_name = cfg.tta.value if cfg.tta else None
+    log.info("predicting on %s with %s (tta=%s)", predictor.device, backend, tta_name)
     summary = predict_images(
         predictor, inputs.images, spec, cfg.batch_size, cfg.on_bad_input, cfg.progress
     )
-    summary.update(frames=0, device=str(predictor.device))
+    summary.update(frames=0, device=str(predictor.device), backend=backend)
     for video in inputs.videos:
         try:
             result = predict_video(predictor, video, spec, cfg.batch_size, cfg.progress)
@@ -204,4 +228,7 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
             continue
         summary["frames"] += result["frames"]
         summary["written"] += result["written"]
+        for stage, seconds in result["seconds"].items():
+            stages = summary.setdefault("video_seconds", {})
+            stages[stage] = stages.get(stage, 0.0) + seconds
     return summary

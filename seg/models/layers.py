@@ -55,6 +55,8 @@ class SegmentationModel(nn.Module):
     to ``devices[0]``). Subclasses whose parts live on several devices override it.
     """
 
+    backend = "torch"  # what runs it (seg.inference.onnx.OnnxRuntimeModel says onnxruntime)
+
     def __init__(self, channels_last: bool) -> None:
         super().__init__()
         self.channels_last = channels_last

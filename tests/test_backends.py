@@ -1,0 +1,145 @@
+"""Inference backends: choosing one, the cached and checked ONNX export of a checkpoint, and
+prediction through ONNX Runtime against eager PyTorch on real photos (evaluation's comparison
+is in test_evaluate.py, on a trained checkpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from training_utils import calibrate_batchnorm, tiny_config
+
+from seg.checkpoint import load_checkpoint, load_model_from_checkpoint, save_checkpoint
+from seg.config import TTA, Backend, PredictConfig, config_to_dict
+from seg.config.predict import OutputKind
+from seg.data.batching import pad_batch
+from seg.data.io import read_image
+from seg.data.transforms import build_eval_transform, eval_pad_value
+from seg.inference import backend as backend_mod
+from seg.inference import onnx as onnx_mod
+from seg.inference import run_predict
+from seg.inference.backend import choose_backend, load_inference_model
+from seg.inference.onnx import ExportCheck, ExportMismatchError, OnnxRuntimeModel, cached_export
+from seg.models import build_model
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+PHOTOS = ("1.jpg", "3.jpg", "56.jpg")  # landscape, portrait, square grayscale
+
+
+@pytest.fixture
+def photos(vikram_pairs: Path) -> list[np.ndarray]:
+    return [read_image(vikram_pairs / "Training_Images" / name) for name in PHOTOS]
+
+
+@pytest.fixture
+def checkpoint(photos: list[np.ndarray], tmp_path: Path) -> Path:
+    """A checkpoint of a random dual-column net whose BatchNorm statistics come from the photos
+    (so its masks hold both classes), in a folder of its own."""
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    transform = build_eval_transform(cfg.aug)
+    batch, _ = pad_batch(
+        [transform(image=p)["image"] for p in photos], image_fill=eval_pad_value(cfg.aug)
+    )
+    model = calibrate_batchnorm(model, batch)
+    path = tmp_path / "run" / "checkpoints" / "best.pt"
+    path.parent.mkdir(parents=True)
+    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, path)
+    return path
+
+
+def test_auto_takes_onnxruntime_on_a_cpu_and_torch_for_split_columns(monkeypatch):
+    assert choose_backend("auto", "cpu") is Backend.onnxruntime
+    assert choose_backend("auto", "cpu", ["cpu", "cpu"]) is Backend.torch
+    assert choose_backend("torch", "cpu") is Backend.torch
+    with pytest.raises(ValueError, match=r"column_devices splits the model.*backend=torch"):
+        choose_backend("onnxruntime", "cpu", ["cpu", "cpu"])
+    monkeypatch.setattr(backend_mod, "missing_onnx_packages", lambda: ["onnxscript"])
+    assert choose_backend("auto", "cpu") is Backend.torch
+    with pytest.raises(ValueError, match=r"needs onnxscript: pip install -e '.\[export\]'"):
+        choose_backend("onnxruntime", "cpu")
+
+
+def test_the_export_is_cached_by_the_checkpoints_content(checkpoint, monkeypatch):
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    first = cached_export(checkpoint, model, cfg)
+    assert first.parent == checkpoint.parent and first.name.startswith("best.")
+    assert {p.name for p in checkpoint.parent.iterdir()} == {"best.pt", first.name}
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("the cached export should have been reused")
+
+    monkeypatch.setattr(onnx_mod, "export_onnx", no_export)
+    assert cached_export(checkpoint, model, cfg) == first
+    monkeypatch.undo()
+
+    # A retrained checkpoint under the same name: a new export, the stale one removed, and
+    # the new file computes the new weights.
+    ckpt = load_checkpoint(checkpoint)
+    key = next(k for k in ckpt["model"] if k.endswith("classifier.bias"))
+    ckpt["model"][key] += torch.tensor([2.0, -2.0])
+    save_checkpoint(ckpt, checkpoint)
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    second = cached_export(checkpoint, model, cfg)
+    assert second != first and second.is_file() and not first.exists()
+    x = torch.randn(2, 3, 97, 131)
+    with torch.inference_mode():
+        expected = model(x)["out"]
+    got = OnnxRuntimeModel(second)(x)["out"]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_failed_check_leaves_no_export(checkpoint, monkeypatch):
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    bad = ExportCheck(max_abs_diff=0.5, mask_agreement=0.9, cases=[])
+    monkeypatch.setattr(onnx_mod, "compare_with_onnx", lambda *a, **k: bad)
+    with pytest.raises(ExportMismatchError, match=r"best.pt disagrees with PyTorch.*backend=torch"):
+        cached_export(checkpoint, model, cfg)
+    assert [p.name for p in checkpoint.parent.iterdir()] == ["best.pt"]
+
+
+def test_prediction_through_onnxruntime_matches_torch(checkpoint, photos, tmp_path):
+    """Every image and video frame: the masks of both backends agree on >= 99.9% of pixels
+    (fp32 both; they differ only where the logits tie within rounding), with flip TTA and
+    batches of mixed sizes."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i, photo in enumerate(photos):
+        cv2.imwrite(str(folder / f"{i}.png"), cv2.cvtColor(photo, cv2.COLOR_RGB2BGR))
+    video = folder / "clip.mp4"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), 10, (128, 96))
+    for i in range(5):
+        frame = cv2.resize(np.roll(photos[0], 7 * i, axis=1), (128, 96))
+        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    writer.release()
+    masks = {}
+    for backend in ("torch", "onnxruntime"):
+        out = tmp_path / backend
+        cfg = PredictConfig(
+            checkpoint=str(checkpoint),
+            input=str(folder),
+            out=str(out),
+            outputs=[OutputKind.mask],
+            backend=Backend(backend),
+            tta=TTA.flip,
+            batch_size=2,
+            progress=False,
+            device="cpu",
+        )
+        model, train_cfg = load_inference_model(checkpoint, cfg.backend, "cpu")
+        summary = run_predict(cfg, model, train_cfg)
+        assert summary["backend"] == backend and summary["frames"] == 5
+        masks[backend] = {
+            p.name: cv2.imread(str(p), cv2.IMREAD_GRAYSCALE) for p in out.glob("*.png")
+        }
+    assert sorted(masks["torch"]) == sorted(masks["onnxruntime"]) and len(masks["torch"]) == 3
+    for name, mask in masks["torch"].items():
+        other = masks["onnxruntime"][name]
+        assert 0 < (mask > 127).mean() < 1, name  # both classes: a real comparison
+        assert (mask == other).mean() >= 0.999, name
