@@ -306,7 +306,7 @@ def test_script_end_to_end_from_a_checkpoint(setup, photos, tmp_path, caplog):
     assert (out / "3_cutout.png").is_file()
     assert predict.main([*args[:1], f"input={tmp_path / 'missing.jpg'}"]) == 2
     assert "missing.jpg: input does not exist" in caplog.text
-    assert predict.main([f"checkpoint={tmp_path / 'nope.pt'}", "input=x"]) == 2
+    assert predict.main([f"checkpoint={tmp_path / 'nope.pt'}", args[1]]) == 2
     assert "nope.pt does not exist" in caplog.text
 
 
