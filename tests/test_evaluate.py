@@ -29,7 +29,7 @@ from training_utils import (
     torchrun,
 )
 
-from seg.checkpoint import load_model_from_checkpoint
+from seg.checkpoint import load_checkpoint, load_model_from_checkpoint, save_checkpoint
 from seg.config import DataConfig, compose_config, compose_eval_config
 from seg.data import SegDataset, list_source, pad_batch
 from seg.data.io import read_image, read_mask_array
@@ -410,9 +410,16 @@ def test_onnxruntime_and_torch_backends_score_alike(
     """The same evaluation through both backends (flip and two scales, mixed orientations):
     every metric within 1e-4, the stated tolerance, and the confusion matrices within 1e-4 of
     the pixels (fp32 both; only logits tied within rounding can flip a pixel)."""
-    ckpt = tmp_path / "ckpt" / "last.pt"  # its own folder: the export is cached beside it
+    # BatchNorm statistics of real photos (a 2-step model may predict one class only), saved as
+    # a checkpoint in its own folder (the export is cached beside it).
+    model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
+    transform = build_eval_transform(cfg.aug)
+    photos = [read_image(vikram_pairs / "Training_Images" / n) for n in MIXED]
+    model = calibrate_batchnorm(model, pad_batch([transform(image=p)["image"] for p in photos])[0])
+    ckpt = tmp_path / "ckpt" / "last.pt"
     ckpt.parent.mkdir()
-    shutil.copy(checkpoint, ckpt)
+    saved = load_checkpoint(checkpoint)
+    save_checkpoint({**saved, "model": model.state_dict()}, ckpt)
     data = make_folder_subset(vikram_pairs, tmp_path / "data")
     base = [f"checkpoint={ckpt}", "data=folder", f"data.root={data}", "split=all", "worst=0"]
     base += ["num_workers=0", "progress=false", "device=cpu", "tta=[flip]", "scales=[0.75,1.0]"]
