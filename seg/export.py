@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch import Tensor, nn
+from torch import nn
 
-from seg.config import AugConfig, Config, ExportConfig
-from seg.data.batching import pad_batch
+from seg.config import Config, ExportConfig
 from seg.data.io import read_image
-from seg.data.transforms import build_eval_transform, check_aug_config, eval_pad_value
+from seg.data.transforms import check_aug_config
 from seg.inference.onnx import (
     AXES,
     INPUT_NAME,
@@ -28,6 +27,7 @@ from seg.inference.onnx import (
     compare_with_onnx,
     cpu_copy,
     export_onnx,
+    image_batches,
     model_metadata,
     onnx_session,
 )
@@ -48,35 +48,6 @@ __all__ = [
     "read_images",
     "run_export",
 ]
-
-
-def image_batches(
-    images: Sequence[np.ndarray],
-    aug: AugConfig,
-    sizes: Sequence[Sequence[int]],
-    batch_sizes: Sequence[int],
-) -> list[Tensor]:
-    """Real images through the eval preset at each (H, W) in ``sizes``: one batch per pair.
-
-    Batch ``i`` has ``batch_sizes[i]`` images at ``sizes[i]``, cycling through ``images``;
-    portrait and landscape canvases are padded to the batch's largest H and W with the eval
-    preset's pad value (``pad_batch``).
-    """
-    if len(sizes) != len(batch_sizes) or not images:
-        raise ValueError(
-            f"need images and one batch size per size, got {len(images)} images, sizes "
-            f"{list(sizes)} and batch sizes {list(batch_sizes)}"
-        )
-    batches, k = [], 0
-    for size, batch_size in zip(sizes, batch_sizes, strict=True):
-        sized = dataclasses.replace(aug, eval_size=list(size))
-        transform = build_eval_transform(sized)
-        items = []
-        for _ in range(batch_size):
-            items.append(transform(image=images[k % len(images)])["image"])
-            k += 1
-        batches.append(pad_batch(items, image_fill=eval_pad_value(sized))[0])
-    return batches
 
 
 def read_images(paths: Sequence[Path]) -> list[np.ndarray]:

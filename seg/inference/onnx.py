@@ -28,9 +28,11 @@ and scale test-time augmentation, sliding windows and video all work unchanged.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from seg.config import Config
+from seg.config import AugConfig, Config
 from seg.data.batching import pad_batch
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_pad_value
 from seg.fileio import atomic_path
@@ -177,6 +179,35 @@ def compare_with_onnx(model: nn.Module, session: Any, batches: Sequence[Tensor])
     return ExportCheck(max_abs_diff=worst, mask_agreement=agree / total, cases=cases)
 
 
+def image_batches(
+    images: Sequence[np.ndarray],
+    aug: AugConfig,
+    sizes: Sequence[Sequence[int]],
+    batch_sizes: Sequence[int],
+) -> list[Tensor]:
+    """Real images through the eval preset at each (H, W) in ``sizes``: one batch per pair.
+
+    Batch ``i`` has ``batch_sizes[i]`` images at ``sizes[i]``, cycling through ``images``;
+    portrait and landscape canvases are padded to the batch's largest H and W with the eval
+    preset's pad value (``pad_batch``).
+    """
+    if len(sizes) != len(batch_sizes) or not images:
+        raise ValueError(
+            f"need images and one batch size per size, got {len(images)} images, sizes "
+            f"{list(sizes)} and batch sizes {list(batch_sizes)}"
+        )
+    batches, k = [], 0
+    for size, batch_size in zip(sizes, batch_sizes, strict=True):
+        sized = dataclasses.replace(aug, eval_size=list(size))
+        transform = build_eval_transform(sized)
+        items = []
+        for _ in range(batch_size):
+            items.append(transform(image=images[k % len(images)])["image"])
+            k += 1
+        batches.append(pad_batch(items, image_fill=eval_pad_value(sized))[0])
+    return batches
+
+
 # --- ONNX Runtime as the inference backend of prediction and evaluation ---------------------
 
 EXPORT_FORMAT = "seg-onnx-1"  # bump when the export procedure changes: old cached files go stale
@@ -235,17 +266,13 @@ def _export_checked(
     tmp = path.with_name(f".{path.stem}.unchecked.onnx")
     export_onnx(model, tmp, eval_size, opset, model_metadata(model, cfg))
     try:
-        # A graph check on seeded random photos at the eval size and an odd larger size.
+        # A graph check on seeded random photos at the eval size and an odd larger size, as
+        # scripts/export.py's default check.
         rng = np.random.default_rng(0)
         photos = [rng.integers(0, 256, (*eval_size, 3), dtype=np.uint8) for _ in range(2)]
-        transform = build_eval_transform(cfg.aug)
-        batch, _ = pad_batch(
-            [transform(image=p)["image"] for p in photos], image_fill=eval_pad_value(cfg.aug)
-        )
-        odd = torch.nn.functional.interpolate(
-            batch[:1], size=[round(s * 1.25) | 1 for s in eval_size], mode="bilinear"
-        )
-        check = compare_with_onnx(model, onnx_session(tmp), [batch, odd])
+        sizes = [list(eval_size), [round(s * 1.25) | 1 for s in eval_size]]
+        batches = image_batches(photos, cfg.aug, sizes, [2, 1])
+        check = compare_with_onnx(model, onnx_session(tmp), batches)
         if not check.ok(CHECK_TOLERANCE, CHECK_MIN_AGREEMENT):
             raise ExportMismatchError(
                 f"the ONNX export of {checkpoint} disagrees with PyTorch: max |logit diff| "
@@ -255,8 +282,9 @@ def _export_checked(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    for old in path.parent.glob(f"{checkpoint.stem}.*.onnx"):
-        if old != path and len(old.suffixes) == 2 and len(old.suffixes[0]) == 17:
+    stale = re.compile(rf"{re.escape(checkpoint.stem)}\.[0-9a-f]{{16}}\.onnx")
+    for old in path.parent.iterdir():
+        if old != path and stale.fullmatch(old.name):
             old.unlink(missing_ok=True)  # an export of an older version of this checkpoint
     return path
 
@@ -293,7 +321,8 @@ class OnnxRuntimeModel:
                     "provider (pip install onnxruntime-gpu); or use backend=torch"
                 )
             provider = ("CUDAExecutionProvider", {"device_id": device.index or 0})
-            self.session = onnx_session(self.path, [provider, "CPUExecutionProvider"])
+            providers = [provider, "CPUExecutionProvider"]
+            self.session = onnx_session(self.path, providers, self.threads)
         elif device.type != "cpu":
             raise ValueError(f"backend=onnxruntime runs on cpu or cuda, not {device}")
         return self
