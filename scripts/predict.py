@@ -21,6 +21,8 @@ unknown key or a bad value fails at start, naming it):
   backend     auto (onnxruntime on a CPU, else torch) | torch | onnxruntime: ONNX Runtime runs
               the checkpoint's export, made once and cached beside it (<stem>.<key>.onnx);
               threads=N caps the CPU threads of either (docs/evaluation.md, "Backends")
+  precision   fp32 | int8: ONNX Runtime on a quantised export, calibrated on the training
+              photos or on calibration=<folder of photos> (docs/evaluation.md, "Backends")
   batch_size, tta (null | flip),
   blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error | skip),
   progress
@@ -51,7 +53,13 @@ def _predict(argv: list[str]) -> int:
     cfg = compose_predict_config(argv)
     find_inputs(Path(cfg.input))  # a missing input fails before the model is loaded or exported
     model, train_cfg = load_inference_model(
-        cfg.checkpoint, cfg.backend, cfg.device, cfg.column_devices, cfg.threads
+        cfg.checkpoint,
+        cfg.backend,
+        cfg.device,
+        cfg.column_devices,
+        cfg.threads,
+        cfg.precision,
+        cfg.calibration,
     )
     summary = run_predict(cfg, model, train_cfg)
     log.info(

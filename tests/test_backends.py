@@ -4,6 +4,7 @@ is in test_evaluate.py, on a trained checkpoint)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import cv2
@@ -13,15 +14,16 @@ import torch
 from training_utils import calibrate_batchnorm, tiny_config
 
 from seg.checkpoint import load_checkpoint, load_model_from_checkpoint, save_checkpoint
-from seg.config import TTA, Backend, PredictConfig, config_to_dict
+from seg.config import TTA, Backend, PredictConfig, compose_config, config_to_dict
 from seg.config.predict import OutputKind
+from seg.data import list_source
 from seg.data.batching import pad_batch
 from seg.data.io import read_image
 from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.inference import backend as backend_mod
+from seg.inference import build_predictor, quantize, run_predict
 from seg.inference import onnx as onnx_mod
-from seg.inference import run_predict
-from seg.inference.backend import choose_backend, load_inference_model
+from seg.inference.backend import choose_backend, inference_threads, load_inference_model
 from seg.inference.onnx import ExportCheck, ExportMismatchError, OnnxRuntimeModel, cached_export
 from seg.models import build_model
 
@@ -143,3 +145,76 @@ def test_prediction_through_onnxruntime_matches_torch(checkpoint, photos, tmp_pa
         other = masks["onnxruntime"][name]
         assert 0 < (mask > 127).mean() < 1, name  # both classes: a real comparison
         assert (mask == other).mean() >= 0.999, name
+
+
+def test_int8_runs_in_onnxruntime_only():
+    assert choose_backend("auto", "cpu", precision="int8") is Backend.onnxruntime
+    assert choose_backend("onnxruntime", "cpu", precision="int8") is Backend.onnxruntime
+    with pytest.raises(ValueError, match=r"precision=int8 runs in ONNX Runtime"):
+        choose_backend("torch", "cpu", precision="int8")
+
+
+def test_int8_is_calibrated_on_photos_cached_and_agrees_with_fp32(
+    checkpoint, vikram_pairs, photos, monkeypatch, tmp_path
+):
+    """Quantised with a folder of real photos: QDQ nodes in the graph, cached by checkpoint
+    and calibration set, a stale file of an older checkpoint removed, a failed agreement check
+    leaves no file, and the masks stay close to PyTorch's on photos. This random 4-8 channel
+    net has many near-tied logits (a trained one has few): it agrees on ~97% of the pixels,
+    so the check here asks 95% where the default asks 98%."""
+    folder = str(tmp_path / "calibration")  # 8 real photos: quick to calibrate with
+    for name in sorted((vikram_pairs / "Training_Images").iterdir())[:8]:
+        (tmp_path / "calibration").mkdir(exist_ok=True)
+        (tmp_path / "calibration" / name.name).write_bytes(name.read_bytes())
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    with pytest.raises(ExportMismatchError, match=r"int8 model of .*best.pt agrees with PyTorch"):
+        quantize.cached_int8(checkpoint, model, cfg, folder, min_agreement=1.0)
+    assert not list(checkpoint.parent.glob("*int8*"))
+    stale = checkpoint.parent / "best.0123456789abcdef.int8.01234567.onnx"
+    stale.write_bytes(b"an older checkpoint's int8 file")
+    path = quantize.cached_int8(checkpoint, model, cfg, folder, min_agreement=0.95)
+    assert re.fullmatch(r"best\.[0-9a-f]{16}\.int8\.[0-9a-f]{8}\.onnx", path.name)
+    assert not stale.exists()
+    ops = quantize.int8_ops(path)
+    assert ops.get("QuantizeLinear", 0) > 10 and ops.get("DequantizeLinear", 0) > 10, ops
+
+    monkeypatch.setattr(quantize, "quantize_int8", lambda *a: pytest.fail("not reused"))
+    assert quantize.cached_int8(checkpoint, model, cfg, folder) == path
+    int8, _ = load_inference_model(checkpoint, "auto", "cpu", precision="int8", calibration=folder)
+    assert int8.path == path
+    torch_model, _ = load_inference_model(checkpoint, "torch", "cpu")
+    for photo in photos:
+        ref = build_predictor(torch_model, cfg, "cpu")([photo])[0].mask
+        got = build_predictor(int8, cfg, "cpu")([photo])[0].mask
+        assert 0 < ref.mean() < 1
+        assert (ref == got).mean() >= 0.95
+
+
+def test_int8_calibration_photos_come_from_the_train_split(vikram_pairs, tmp_path):
+    cfg = compose_config(["data=vikram_human_seg", f"data.root={vikram_pairs.parent}"])
+    files = quantize.training_photos(cfg.data, count=4)
+    train = {ref.image for ref in list_source(cfg.data, "vikram_human_seg").split_refs("train")}
+    assert len(files) == 4 and set(files) <= train
+    assert quantize.training_photos(cfg.data, count=4) == files  # the same ones every time
+    cfg.data.root = str(tmp_path / "nowhere")
+    with pytest.raises(
+        ValueError, match=r"(?s)calibrates on the checkpoint's training photos.*calibration="
+    ):
+        quantize.training_photos(cfg.data)
+    with pytest.raises(ValueError, match=r"calibration=.*no images"):
+        quantize.folder_photos(tmp_path)
+
+
+def test_onnxruntime_runs_beside_one_torch_thread(checkpoint):
+    """While an ONNX Runtime model on a CPU predicts, torch keeps one thread (its spinning
+    OpenMP threads would take the cores from ONNX Runtime's); the count is restored after."""
+    before = torch.get_num_threads()
+    model, cfg = load_inference_model(checkpoint, "onnxruntime", "cpu")
+    build_predictor(model, cfg, "cpu")
+    with inference_threads(model):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    torch_model, _ = load_inference_model(checkpoint, "torch", "cpu")
+    build_predictor(torch_model, cfg, "cpu")
+    with inference_threads(torch_model):
+        assert torch.get_num_threads() == before

@@ -4,13 +4,18 @@ side in one process on the same random input, each call timed on its own (median
 Rows, for each model and batch size: eager PyTorch fp32 as built (batch norm unfolded, as the
 engine trains it), the deploy-time model (``seg.models.deploy``: batch norm folded, auxiliary
 heads dropped) in fp32 and, where the CPU computes bf16 natively, under bf16 autocast, and
-ONNX Runtime fp32 on the model's export (``backend=onnxruntime``). Each row runs after an
-untimed warm-up (the first calls pay for allocation and, in ONNX Runtime, graph planning).
+ONNX Runtime fp32 on the model's export (``backend=onnxruntime``); then the whole of
+``predict.py``'s per-image work for each backend (``Predictor``: eval preset, padding, the
+network, logits resized to the photo, mask and probability), from uint8 photos of the input
+size. Each row runs after an untimed warm-up (the first calls pay for allocation and, in ONNX
+Runtime, graph planning). ONNX Runtime rows run with one torch thread, as
+prediction and evaluation run it (``seg.inference.backend.inference_threads``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -19,11 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from seg.benchmark.models import ModelBenchSettings, load_config
+from seg.data.transforms import build_eval_transform
 from seg.engine.optim import native_bf16
+from seg.inference.backend import torch_threads
 from seg.inference.onnx import OnnxRuntimeModel, export_onnx
+from seg.inference.predictor import Predictor
 from seg.models import build_model
 from seg.models.deploy import deploy_model
 
@@ -33,10 +42,12 @@ CALLS = 200  # timed calls per row at most (or the settings' seconds): enough fo
 
 @dataclass(frozen=True)
 class InferencePath:
-    """One inference path: a name and how to run a batch through it."""
+    """One inference path: a name, how to run a batch through it (``run(batch_size)``, the
+    inputs made beforehand) and the torch threads it runs with (None: the process's)."""
 
     name: str
-    run: Callable[[torch.Tensor], Any]
+    run: Callable[[int], Any]
+    torch_threads: int | None = None
 
 
 def call_times(fn: Callable[[], object], calls: int, seconds: float) -> list[float]:
@@ -69,14 +80,22 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> list[InferencePath
     deployed = deploy_model(model)
     onnx_file = export_onnx(model, folder / f"{name}.onnx", s.size)
     session = OnnxRuntimeModel(onnx_file, threads=s.threads or 0)
+    tensors = {b: torch.randn(b, 3, *s.size) for b in s.infer_batches}
+    rng = np.random.default_rng(0)
+    photos = [rng.integers(0, 256, (*s.size, 3), dtype=np.uint8) for _ in range(max(tensors))]
 
-    def eager(net: torch.nn.Module, dtype: torch.dtype | None = None) -> Callable:
-        def run(x: torch.Tensor) -> Any:
+    def eager(net: Any, dtype: torch.dtype | None = None) -> Callable[[int], Any]:
+        def run(batch: int) -> Any:
             autocast = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
             with torch.inference_mode(), autocast:
-                return net(x)
+                return net(tensors[batch])
 
         return run
+
+    def predictor(net: Any) -> Callable[[int], Any]:
+        aug = dataclasses.replace(cfg.aug, eval_size=list(s.size))
+        run = Predictor(net, build_eval_transform(aug), s.size)
+        return lambda batch: run(photos[:batch])
 
     paths = [
         InferencePath("torch fp32, as trained", eager(model)),
@@ -84,7 +103,11 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> list[InferencePath
     ]
     if native_bf16(torch.device("cpu")):
         paths.append(InferencePath("torch bf16, BN folded", eager(deployed, torch.bfloat16)))
-    paths.append(InferencePath("onnxruntime fp32", session))
+    paths += [
+        InferencePath("onnxruntime fp32", eager(session), torch_threads=1),
+        InferencePath("predict.py, torch", predictor(deployed)),
+        InferencePath("predict.py, onnxruntime", predictor(session), torch_threads=1),
+    ]
     return paths
 
 
@@ -96,8 +119,8 @@ def measure_backends(names: list[str], s: ModelBenchSettings) -> list[dict[str, 
         for name in names:
             for path in _paths(name, s, Path(tmp)):
                 for batch in s.infer_batches:
-                    x = torch.randn(batch, 3, *s.size)
-                    times = call_times(lambda x=x, p=path: p.run(x), CALLS, s.seconds)
+                    with torch_threads(path.torch_threads):
+                        times = call_times(lambda b=batch, p=path: p.run(b), CALLS, s.seconds)
                     rows.append(
                         {
                             "model": name,
@@ -113,13 +136,13 @@ def measure_backends(names: list[str], s: ModelBenchSettings) -> list[dict[str, 
 
 def format_backends(rows: list[dict[str, Any]], size: tuple[int, int]) -> str:
     head = (
-        f"  {'model':<24} {'path':<24} {'batch':>5} {'calls':>5} "
+        f"  {'model':<24} {'path':<26} {'batch':>5} {'calls':>5} "
         f"{'median ms/img':>13} {'p90 ms/img':>10}"
     )
     lines = [f"inference backends ({size[0]}x{size[1]}, eval mode, each call timed)", head]
     for r in rows:
         lines.append(
-            f"  {r['model']:<24} {r['path']:<24} {r['batch']:>5} {r['calls']:>5} "
+            f"  {r['model']:<24} {r['path']:<26} {r['batch']:>5} {r['calls']:>5} "
             f"{r['median_ms_per_img']:>13.2f} {r['p90_ms_per_img']:>10.2f}"
         )
     return "\n".join(lines)

@@ -35,6 +35,13 @@ class Backend(str, Enum):
     onnxruntime = "onnxruntime"  # the checkpoint exported once (cached beside it), fp32
 
 
+class InferencePrecision(str, Enum):
+    """Arithmetic of the network in evaluation and prediction."""
+
+    fp32 = "fp32"
+    int8 = "int8"  # ONNX Runtime, statically quantised (docs/evaluation.md, "Backends")
+
+
 @dataclass
 class SlideConfig:
     """Sliding-window inference over the model input (the image fit into ``eval_size``).
@@ -50,6 +57,27 @@ class SlideConfig:
 
 
 @dataclass
+class RefineConfig:
+    """Edge-aware refinement of the person probability at each photo's own resolution: the
+    guided filter (``seg/inference/refine.py``; 2-class models). The network sees a photo at
+    about half its size and its logits are a quarter of that: the guided filter puts the
+    resized outline back on the photo's edges (docs/evaluation.md, "Refinement")."""
+
+    guided: bool = False
+    radius: float = 4.0  # window radius in pixels of the model input, scaled to each photo
+    eps: float = 1e-3  # regulariser: local variances of [0, 1] intensities below it count as flat
+    color: bool = False  # guide by the three channels (a 3x3 solve per pixel) instead of luma
+
+
+def check_refine_config(cfg: RefineConfig) -> list[tuple[bool, str, object, str]]:
+    """The range checks of ``refine.*`` (for the callers' check lists)."""
+    return [
+        (cfg.radius > 0, "refine.radius", cfg.radius, "a number > 0 (model-input pixels)"),
+        (cfg.eps > 0, "refine.eps", cfg.eps, "a number > 0, e.g. 1e-3"),
+    ]
+
+
+@dataclass
 class EvalConfig:
     checkpoint: str = MISSING  # a checkpoint written by training
     data: DataConfig | None = None  # data=NAME (configs/data/NAME.yaml); null = the checkpoint's
@@ -59,6 +87,9 @@ class EvalConfig:
     column_devices: list[str] = field(default_factory=list)  # one per model column
     backend: Backend = Backend.auto
     threads: int = 0  # CPU threads of the backend (0: torch's / ONNX Runtime's default)
+    # fp32 | int8 (ONNX Runtime, calibrated on training photos: docs/evaluation.md, "Backends")
+    precision: InferencePrecision = InferencePrecision.fp32
+    calibration: str | None = None  # int8: a folder of photos; null: the training photos
     batch_size: int = 4
     num_workers: int = 2  # processes reading and decoding the images and masks
     # [H, W] model input for portrait images (bounds of the long and short side: landscape ones
@@ -67,6 +98,7 @@ class EvalConfig:
     tta: list[TTA] = field(default_factory=list)  # [] or [flip]
     scales: list[float] = field(default_factory=lambda: [1.0])  # of eval_size; softmax averaged
     slide: SlideConfig = field(default_factory=SlideConfig)
+    refine: RefineConfig = field(default_factory=RefineConfig)  # refine.guided=true: on
     worst: int = 16  # K: images in the worst-cases gallery (0 = none)
     worst_height: int = 512  # gallery panels taller than this are shrunk to it (0 = never)
     max_images: int = 0  # per source, the first N of the split (0 = all): quick looks
@@ -124,6 +156,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
             "null or a fraction in (0, 1]",
         ),
     ]
+    checks += check_refine_config(cfg.refine)
     for ok, key, value, expected in checks:
         if not ok:
             raise ValueError(f"{key}={value!r} is invalid: expected {expected}")

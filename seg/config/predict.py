@@ -16,7 +16,13 @@ from omegaconf import MISSING
 
 from seg.config.compose import compose_options
 from seg.config.data import BadSamplePolicy
-from seg.config.evaluate import TTA, Backend
+from seg.config.evaluate import (
+    TTA,
+    Backend,
+    InferencePrecision,
+    RefineConfig,
+    check_refine_config,
+)
 
 
 class OutputKind(str, Enum):
@@ -45,7 +51,11 @@ class PredictConfig:
     column_devices: list[str] = field(default_factory=list)
     backend: Backend = Backend.auto  # auto | torch | onnxruntime (see evaluate.py's Backend)
     threads: int = 0  # CPU threads of the backend (0: torch's / ONNX Runtime's default)
+    # fp32 | int8 (ONNX Runtime, calibrated on training photos: docs/evaluation.md, "Backends")
+    precision: InferencePrecision = InferencePrecision.fp32
+    calibration: str | None = None  # int8: a folder of photos; null: the training photos
     tta: TTA | None = None  # null or flip (twice the compute); evaluate.py takes a list of them
+    refine: RefineConfig = field(default_factory=RefineConfig)  # refine.guided=true: on
     alpha: AlphaMode = AlphaMode.hard  # of cutout, blur and replace
     # replace: an image file (resized to cover each image, centre-cropped) or a colour:
     # a name (green, white, ...), "#RRGGBB" or "R,G,B".
@@ -77,6 +87,7 @@ def check_predict_config(cfg: PredictConfig) -> None:
             "3 integers in 0..255 (R, G, B)",
         ),
         (len(set(cfg.outputs)) == len(cfg.outputs), "outputs", cfg.outputs, "no repeats"),
+        *check_refine_config(cfg.refine),
     ]
     for ok, key, value, expected in checks:
         if not ok:

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from seg.config import Config
+from seg.config import PERSON, Config
 from seg.data.transforms import build_eval_transform
 from seg.inference.predictor import BAND_VALUES, LogitRestorer, Predictor, build_predictor
+from seg.inference.refine import GuidedRefiner
 from seg.models import SegmentationModel
 
 
@@ -73,10 +74,12 @@ class ProbabilityPredictor:
         predictors: Sequence[Predictor],
         window: Sequence[int] | None = None,
         stride: Sequence[int] | None = None,
+        refine: GuidedRefiner | None = None,
     ) -> None:
         if not predictors:
             raise ValueError("at least one scale is needed")
         self.predictors = list(predictors)
+        self.refine = refine
         self.window = tuple(window) if window else None
         if self.window and not stride:  # default: a third of each window overlaps the next
             stride = [max(1, (2 * s) // 3) for s in self.window]
@@ -113,10 +116,28 @@ class ProbabilityPredictor:
         ``self.device``. Holds K float32 maps of each image's full size: for large photos
         :meth:`labels` needs a few bytes per pixel instead."""
         out = []
-        for restorers in self._restorers(images):
-            full = restorers[0]
-            out.append(self._band_probabilities(restorers, 0, full.width))
+        for image, restorers in zip(images, self._restorers(images), strict=True):
+            full = self._band_probabilities(restorers, 0, restorers[0].width)
+            if self.refine is not None:
+                person = full[PERSON].clone()
+                for start, stop, q in self._refined(image, restorers):
+                    person[:, start:stop] = q
+                full = torch.stack([1 - person, person])
+            out.append(full)
         return out
+
+    def _refined(
+        self, image: np.ndarray, restorers: list[LogitRestorer]
+    ) -> Iterator[tuple[int, int, Tensor]]:
+        """Bands ``(start, stop, refined person probability)`` of ``self.refine``."""
+        assert self.refine is not None
+        if restorers[0].num_classes != 2:
+            raise ValueError(f"refine.guided needs a 2-class model, not {restorers[0].num_classes}")
+
+        def person(lo: int, hi: int) -> Tensor:
+            return self._band_probabilities(restorers, lo, hi)[PERSON]
+
+        return self.refine.bands(image, person, self.predictors[0].eval_size)
 
     @torch.inference_mode()
     def labels(self, images: Sequence[np.ndarray], max_values: int = BAND_VALUES) -> list[Tensor]:
@@ -124,14 +145,18 @@ class ProbabilityPredictor:
         :meth:`__call__`'s probabilities), on the CPU, computed band by band: the full-size
         floats in memory at any time are ``max_values`` per scale, whatever the photo's size."""
         out = []
-        for restorers in self._restorers(images):
+        for image, restorers in zip(images, self._restorers(images), strict=True):
             first = restorers[0]
             if first.num_classes > 255:  # uint8 labels, 255 being the ignore index
                 raise ValueError(f"labels() holds 255 classes at most, not {first.num_classes}")
             label = torch.empty(first.height, first.width, dtype=torch.uint8)
-            for start, stop in first.bands(max_values):
-                band = self._band_probabilities(restorers, start, stop)
-                label[:, start:stop] = band.argmax(dim=0).to("cpu", torch.uint8)
+            if self.refine is not None:  # person where its refined probability is above 1/2
+                for start, stop, q in self._refined(image, restorers):
+                    label[:, start:stop] = (q > 0.5).to("cpu", torch.uint8)
+            else:
+                for start, stop in first.bands(max_values):
+                    band = self._band_probabilities(restorers, start, stop)
+                    label[:, start:stop] = band.argmax(dim=0).to("cpu", torch.uint8)
             out.append(label)
         return out
 
@@ -150,6 +175,7 @@ def build_probability_predictor(
     scales: Sequence[float] = (1.0,),
     window: Sequence[int] | None = None,
     stride: Sequence[int] | None = None,
+    refine: GuidedRefiner | None = None,
 ) -> ProbabilityPredictor:
     """Place ``model`` (see ``build_predictor``) and make one predictor per scale of
     ``cfg.aug.eval_size`` (``cfg``: the training config, with the eval size to use)."""
@@ -159,4 +185,4 @@ def build_probability_predictor(
         size = scaled_size(base.eval_size, scale)
         aug = dataclasses.replace(cfg.aug, eval_size=list(size))
         predictors.append(Predictor(base.model, build_eval_transform(aug), size, tta=flip))
-    return ProbabilityPredictor(predictors, window, stride)
+    return ProbabilityPredictor(predictors, window, stride, refine)

@@ -39,8 +39,9 @@ from seg.evaluation.report import (
     write_csv,
 )
 from seg.fileio import write_json
-from seg.inference.backend import load_inference_model
+from seg.inference.backend import inference_threads, load_inference_model
 from seg.inference.media import write_image
+from seg.inference.refine import build_refiner
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent
 
@@ -130,7 +131,13 @@ def write_gallery(
 
 def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
     model, train_cfg = load_inference_model(
-        cfg.checkpoint, cfg.backend, cfg.device, cfg.column_devices, cfg.threads
+        cfg.checkpoint,
+        cfg.backend,
+        cfg.device,
+        cfg.column_devices,
+        cfg.threads,
+        cfg.precision,
+        cfg.calibration,
     )
     if cfg.eval_size is not None:
         # replace, not assign: the schema checks the new size when it is made
@@ -171,6 +178,7 @@ def _result(
         "tta": [t.value for t in cfg.tta],
         "scales": [float(s) for s in cfg.scales],
         "slide": slide,
+        "refine": dataclasses.asdict(cfg.refine) if cfg.refine.guided else None,
         "eval_size": list(train_cfg.aug.eval_size),
         "target_pixel_acc": target,
         "pass": meets_target(acc, target),
@@ -207,6 +215,55 @@ def write_outputs(
     return result
 
 
+def _score(
+    cfg: EvalConfig,
+    predictor: ProbabilityPredictor,
+    items: list[Item],
+    train_cfg: Config,
+    data_name: str,
+    out_dir: Path,
+    started: float,
+) -> dict[str, Any]:
+    """Score this rank's share of ``items``, gather every rank's, write the outputs on rank 0;
+    the result (as ``metrics.json``) on every rank."""
+    sources = list(dict.fromkeys(i.source for i in items))
+    mine = [items[i] for i in shard(len(items), du.rank(), du.world_size())]
+    log.info(
+        "evaluating %d of %d image(s) of %s/%s on %s, eval size %s, tta %s, scales %s, "
+        "sliding windows %s",
+        len(mine),
+        len(items),
+        data_name,
+        cfg.split,
+        predictor.device,
+        train_cfg.aug.eval_size,
+        [t.value for t in cfg.tta],
+        list(cfg.scales),
+        predictor.window,
+    )
+    t0 = time.perf_counter()
+    rows, totals, skipped = score_items(predictor, mine, cfg, train_cfg.model.num_classes, sources)
+    _reduce(totals, predictor.device)
+    gathered = [r for part in du.all_gather_object(rows) for r in part]
+    rows = sorted(gathered, key=lambda r: r["index"])
+    skipped = [s for part in du.all_gather_object(skipped) for s in part]
+    if not rows:  # every pair was bad: no metric means anything, and nothing is written
+        raise ValueError(
+            f"no image of {data_name} {cfg.split} could be scored: all {len(skipped)} pairs "
+            f"are bad (data.on_bad_sample=skip), e.g. {skipped[0] if skipped else '?'}"
+        )
+    scoring_s = time.perf_counter() - t0
+    result = _result(cfg, train_cfg, data_name, predictor, totals, skipped)
+    result["timing_s"] = {
+        "scoring": round(scoring_s, 2),
+        "images_per_s": round(len(rows) / max(scoring_s, 1e-9), 2),
+    }
+    if du.is_main_process():
+        result = write_outputs(result, rows, predictor, items, cfg, out_dir, started)
+    result = du.broadcast_object(json_safe(result))
+    return result
+
+
 def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     """Evaluate ``cfg.checkpoint`` on ``cfg.data`` / ``cfg.split``; rank 0 writes
     ``metrics.json``, ``per_image.csv``, ``report.txt`` and ``worst/`` into the output folder.
@@ -219,7 +276,6 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     data_name = DatasetName(data_cfg.name).value
     out_dir = Path(cfg.out) if cfg.out else default_out_dir(cfg.checkpoint, data_name, cfg.split)
     items = list_items(data_cfg, cfg.split, cfg.max_images)
-    sources = list(dict.fromkeys(i.source for i in items))
     predictor = build_probability_predictor(
         model,
         train_cfg,
@@ -229,47 +285,14 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
         cfg.scales,
         cfg.slide.window,
         cfg.slide.stride,
+        build_refiner(cfg.refine),
     )
     owns_group = not du.is_distributed()  # a caller's process group is left alone
     du.init_distributed(predictor.predictors[0].model.devices)
-    try:
-        mine = [items[i] for i in shard(len(items), du.rank(), du.world_size())]
-        log.info(
-            "evaluating %d of %d image(s) of %s/%s on %s, eval size %s, tta %s, scales %s, "
-            "sliding windows %s",
-            len(mine),
-            len(items),
-            data_name,
-            cfg.split,
-            predictor.device,
-            train_cfg.aug.eval_size,
-            [t.value for t in cfg.tta],
-            list(cfg.scales),
-            predictor.window,
-        )
-        t0 = time.perf_counter()
-        rows, totals, skipped = score_items(
-            predictor, mine, cfg, train_cfg.model.num_classes, sources
-        )
-        _reduce(totals, predictor.device)
-        gathered = [r for part in du.all_gather_object(rows) for r in part]
-        rows = sorted(gathered, key=lambda r: r["index"])
-        skipped = [s for part in du.all_gather_object(skipped) for s in part]
-        if not rows:  # every pair was bad: no metric means anything, and nothing is written
-            raise ValueError(
-                f"no image of {data_name} {cfg.split} could be scored: all {len(skipped)} pairs "
-                f"are bad (data.on_bad_sample=skip), e.g. {skipped[0] if skipped else '?'}"
-            )
-        scoring_s = time.perf_counter() - t0
-        result = _result(cfg, train_cfg, data_name, predictor, totals, skipped)
-        result["timing_s"] = {
-            "scoring": round(scoring_s, 2),
-            "images_per_s": round(len(rows) / max(scoring_s, 1e-9), 2),
-        }
-        if du.is_main_process():
-            result = write_outputs(result, rows, predictor, items, cfg, out_dir, started)
-        result = du.broadcast_object(json_safe(result))
-    finally:
-        if owns_group:
-            du.destroy_distributed()
+    with inference_threads(predictor.predictors[0].model):
+        try:
+            result = _score(cfg, predictor, items, train_cfg, data_name, out_dir, started)
+        finally:
+            if owns_group:
+                du.destroy_distributed()
     return {**result, "out_dir": str(out_dir), "table": format_table(result)}

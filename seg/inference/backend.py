@@ -6,18 +6,20 @@ Apple MPS, and wherever columns are split over devices."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
-from seg.config import Backend, Config
+from seg.config import Backend, Config, InferencePrecision
 from seg.devices import resolve_devices
 from seg.inference.onnx import OnnxRuntimeModel, cached_export
+from seg.inference.quantize import cached_int8
 from seg.models.deploy import deploy_model
 
 log = logging.getLogger(__name__)
@@ -29,11 +31,21 @@ def missing_onnx_packages() -> list[str]:
 
 
 def choose_backend(
-    backend: Backend | str, device: str = "auto", column_devices: Sequence[str] = ()
+    backend: Backend | str,
+    device: str = "auto",
+    column_devices: Sequence[str] = (),
+    precision: InferencePrecision | str = InferencePrecision.fp32,
 ) -> Backend:
     """``auto`` -> ``onnxruntime`` when the model runs whole on a CPU and the ``[export]``
-    extra is installed, else ``torch``; an explicit choice is checked against the devices."""
+    extra is installed, else ``torch``; an explicit choice is checked against the devices.
+    ``precision=int8`` runs in ONNX Runtime only (``auto`` takes it wherever it runs)."""
     backend = Backend(backend)
+    if InferencePrecision(precision) is InferencePrecision.int8:
+        if backend is Backend.torch:
+            raise ValueError(
+                "precision=int8 runs in ONNX Runtime: use backend=onnxruntime (or auto)"
+            )
+        backend = Backend.onnxruntime
     if backend is Backend.torch:
         return backend
     on_cpu = not column_devices and resolve_devices(device, 1, mps=True)[0].type == "cpu"
@@ -59,16 +71,47 @@ def load_inference_model(
     device: str = "auto",
     column_devices: Sequence[str] = (),
     threads: int = 0,
+    precision: InferencePrecision | str = InferencePrecision.fp32,
+    calibration: str | None = None,
 ) -> tuple[Any, Config]:
     """``(model, training config)`` of a checkpoint (a file or a run folder), ready for
     ``build_predictor`` / ``build_probability_predictor`` (which place it on ``device``):
-    the deploy-time PyTorch model or an :class:`OnnxRuntimeModel`. ``threads`` > 0 sets the
-    CPU threads of either backend."""
+    the deploy-time PyTorch model or an :class:`OnnxRuntimeModel` (fp32, or int8 calibrated on
+    the training photos or the folder ``calibration``: ``seg.inference.quantize``).
+    ``threads`` > 0 sets the CPU threads of either backend."""
     path = checkpoint_file(checkpoint)
-    chosen = choose_backend(backend, device, column_devices)
+    chosen = choose_backend(backend, device, column_devices, precision)
     model, cfg = load_model_from_checkpoint(path, device="cpu")
     if threads > 0:
         torch.set_num_threads(threads)
     if chosen is Backend.onnxruntime:
-        return OnnxRuntimeModel(cached_export(path, model, cfg), threads), cfg
+        if InferencePrecision(precision) is InferencePrecision.int8:
+            graph = cached_int8(path, model, cfg, calibration)
+        else:
+            graph = cached_export(path, model, cfg)
+        return OnnxRuntimeModel(graph, threads), cfg
     return deploy_model(model), cfg
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads at ``n`` inside the block (None: unchanged), restored after."""
+    before = torch.get_num_threads()
+    if n is not None and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def inference_threads(model: Any) -> contextlib.AbstractContextManager[None]:
+    """One torch thread while a placed ONNX Runtime model runs on a CPU, else unchanged.
+
+    After each parallel op torch's OpenMP threads spin-wait for the next one and take the cores
+    from ONNX Runtime's own pool: that doubled its latency (6.1 -> 13.1 ms median, 7.1 -> 19.0
+    p90 for dual_channel at 256x256; docs/benchmarks.md, "Inference backends"). The torch work
+    beside it (padding, resizing logits to the photo's size) is small."""
+    on_cpu = getattr(model, "backend", "torch") == "onnxruntime" and model.devices[0].type == "cpu"
+    return torch_threads(1 if on_cpu else None)

@@ -22,6 +22,7 @@ from seg.config import PERSON, Config
 from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
+from seg.inference.refine import GuidedRefiner
 from seg.models import SegmentationModel
 
 # Values (classes x rows x width) of full-size logits worked on at once: 16 M floats, 64 MB.
@@ -100,11 +101,13 @@ class Predictor:
         transform: Callable[..., dict],
         eval_size: tuple[int, int],
         tta: bool = False,
+        refine: GuidedRefiner | None = None,
     ) -> None:
         self.model = model.eval()
         self.transform = transform
         self.eval_size = eval_size
         self.tta = tta
+        self.refine = refine
         self.device = model.devices[0]
 
     def logits(self, batch: Tensor) -> Tensor:
@@ -143,10 +146,21 @@ class Predictor:
             logits = self.batch_logits(images, self.logits)
         for image, item in zip(images, logits, strict=True):
             with torch.inference_mode():  # left before the yield: the caller's code is its own
-                prediction = self._full_size(item, image.shape[:2])
+                prediction = self._full_size(item, image)
             yield prediction
 
-    def _full_size(self, item: Tensor, image_hw: tuple[int, ...]) -> Prediction:
+    def _full_size(self, item: Tensor, image: np.ndarray) -> Prediction:
+        image_hw = image.shape[:2]
+        if self.refine is not None:
+            if item.shape[0] != 2:
+                raise ValueError(f"refine.guided needs a 2-class model, not {item.shape[0]}")
+            raw = restore_logits(item[1:] - item[:1], image_hw, self.eval_size)[0].sigmoid_()
+            prob = torch.empty_like(raw)
+            for start, stop, q in self.refine.bands(
+                image, lambda lo, hi: raw[:, lo:hi], self.eval_size
+            ):
+                prob[:, start:stop] = q
+            return Prediction(mask=(prob > 0.5).cpu().numpy(), prob=prob.cpu().numpy())
         if item.shape[0] == 2:
             # Two classes: softmax = sigmoid of the logit difference, and resizing is linear,
             # so one full-size map serves both outputs (1/4 of the memory of two resized
@@ -167,6 +181,7 @@ def build_predictor(
     device: str = "auto",
     tta: bool = False,
     column_devices: Sequence[str] = (),
+    refine: GuidedRefiner | None = None,
 ) -> Predictor:
     """Place ``model`` on ``device`` (``auto``: a GPU, else Apple's MPS, else the CPU; see
     ``seg.devices.resolve_devices``), or its columns on ``column_devices`` when given (e.g.
@@ -178,4 +193,4 @@ def build_predictor(
     spec, key = (list(column_devices), "column_devices") if column_devices else (device, "device")
     model.place(resolve_devices(spec, model.num_columns, key=key, mps=True))
     eval_size = check_aug_config(cfg.aug).eval_size
-    return Predictor(model, build_eval_transform(cfg.aug), eval_size, tta=tta)
+    return Predictor(model, build_eval_transform(cfg.aug), eval_size, tta, refine)

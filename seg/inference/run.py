@@ -20,7 +20,9 @@ from tqdm import tqdm
 from seg.config import TTA, BadSamplePolicy, Config, OutputKind, PredictConfig
 from seg.data.batching import pixel_batches
 from seg.data.io import BadSampleError, header_pixels, read_image
+from seg.inference.backend import inference_threads
 from seg.inference.media import (
+    Inputs,
     UnreadableVideo,
     VideoWriter,
     find_inputs,
@@ -29,6 +31,7 @@ from seg.inference.media import (
     write_image,
 )
 from seg.inference.predictor import Predictor, build_predictor
+from seg.inference.refine import build_refiner
 from seg.inference.render import SUFFIXES, Background, RenderOptions, render
 
 log = logging.getLogger(__name__)
@@ -209,8 +212,16 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     for video in inputs.videos:  # fail before any work is done
         check_video_outputs(video, spec.kinds)
     tta = cfg.tta is TTA.flip
-    predictor = build_predictor(model, train_cfg, cfg.device, tta, cfg.column_devices)
-    backend = model.backend
+    refine = build_refiner(cfg.refine)
+    predictor = build_predictor(model, train_cfg, cfg.device, tta, cfg.column_devices, refine)
+    with inference_threads(predictor.model):
+        return _predict_all(cfg, predictor, inputs, spec)
+
+
+def _predict_all(
+    cfg: PredictConfig, predictor: Predictor, inputs: Inputs, spec: OutputSpec
+) -> dict[str, Any]:
+    backend = predictor.model.backend
     tta_name = cfg.tta.value if cfg.tta else None
     log.info("predicting on %s with %s (tta=%s)", predictor.device, backend, tta_name)
     summary = predict_images(

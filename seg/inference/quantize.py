@@ -1,0 +1,186 @@
+"""int8 inference through ONNX Runtime: a checkpoint's checked fp32 export, quantised with
+static calibration on real photos (``precision=int8`` of ``predict.py`` and ``evaluate.py``).
+
+ONNX Runtime's ``quantize_static`` in QDQ format: weights int8 per output channel, activations
+uint8 per tensor (the U8S8 pair its CPU kernels run with VNNI), ranges from min/max over the
+calibration photos sent through the eval preset at the eval size. The calibration photos are
+the training photos of the checkpoint's own data config (its train split: never a test image),
+``CALIBRATION_PHOTOS`` of them spread evenly over the listing, or the images of a folder
+(``calibration=<folder>``) where the training data is not at hand.
+
+The int8 file is cached beside the fp32 export as ``<stem>.<key>.int8.<photos>.onnx``: the key
+is the fp32 export's (the checkpoint's content and the exporter), ``photos`` a digest of the
+calibration files' names and sizes. Before it takes its name it must agree with PyTorch on the
+argmax of ``INT8_MIN_AGREEMENT`` of the calibration photos' pixels; its accuracy on the test
+splits is measured in docs/benchmarks.md ("int8").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import Tensor, nn
+
+from seg.config import Config, DataConfig
+from seg.data import list_source, source_names
+from seg.data.io import read_image
+from seg.data.transforms import check_aug_config
+from seg.inference.media import IMAGE_EXTENSIONS
+from seg.inference.onnx import (
+    INPUT_NAME,
+    ExportMismatchError,
+    cached_export,
+    compare_with_onnx,
+    image_batches,
+    onnx_session,
+)
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_PHOTOS = 64
+INT8_MIN_AGREEMENT = 0.98  # argmax agreement with PyTorch on the calibration photos
+
+
+def training_photos(data: DataConfig, count: int = CALIBRATION_PHOTOS) -> list[Path]:
+    """``count`` image files of the train split of ``data``'s training sources, spread evenly
+    over them in listing order (the same files every time)."""
+    sources = list(data.train_sources or source_names(data))
+    local = dataclasses.replace(data, download=False)  # never a download to calibrate
+    try:
+        refs = [ref for name in sources for ref in list_source(local, name).split_refs("train")]
+    except (OSError, ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"precision=int8 calibrates on the checkpoint's training photos ({', '.join(sources)}, "
+            f"train split), which could not be listed: {err}. Point SEG_DATA_DIR (or data.root) "
+            "at the datasets, or give calibration=<a folder of photos like yours>"
+        ) from err
+    return _spread([ref.image for ref in refs], count)
+
+
+def folder_photos(folder: str | Path, count: int = CALIBRATION_PHOTOS) -> list[Path]:
+    """Up to ``count`` images of ``folder`` (sorted by name, spread evenly)."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"calibration={folder}: not a folder (expected a folder of photos)")
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+    if not files:
+        raise ValueError(f"calibration={folder}: no images ({', '.join(IMAGE_EXTENSIONS)})")
+    return _spread(files, count)
+
+
+def _spread(files: Sequence[Path], count: int) -> list[Path]:
+    if len(files) <= count:
+        return list(files)
+    return [files[(i * len(files)) // count] for i in range(count)]
+
+
+def photos_digest(files: Sequence[Path]) -> str:
+    """8 hex digits naming a calibration set: its files' names and sizes, in order."""
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{Path(f).name} {Path(f).stat().st_size}\n".encode())
+    return digest.hexdigest()[:8]
+
+
+class _Reader:
+    """ONNX Runtime's ``CalibrationDataReader`` interface over a list of batches."""
+
+    def __init__(self, batches: Sequence[Tensor]) -> None:
+        self.batches: Iterator[Tensor] = iter(batches)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        batch = next(self.batches, None)
+        return None if batch is None else {INPUT_NAME: batch.numpy()}
+
+
+def quantize_int8(fp32: Path, out: Path, batches: Sequence[Tensor]) -> Path:
+    """Static int8 quantisation of the ONNX file ``fp32`` into ``out`` (QDQ, weights int8 per
+    channel, activations uint8), calibrated with min/max over ``batches``."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(_Reader, CalibrationDataReader):
+        pass
+
+    prepared = out.with_name(f".{out.stem}.prepared.onnx")
+    try:
+        quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
+        quantize_static(
+            str(prepared),
+            str(out),
+            Reader(batches),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
+    finally:
+        prepared.unlink(missing_ok=True)
+    return out
+
+
+def cached_int8(
+    checkpoint: Path,
+    model: nn.Module,
+    cfg: Config,
+    calibration: str | None = None,
+    min_agreement: float = INT8_MIN_AGREEMENT,
+) -> Path:
+    """The int8 ONNX file of ``checkpoint`` (see the module docstring): made and checked the
+    first time (argmax agreement with PyTorch >= ``min_agreement`` on the calibration photos),
+    reused after. ``calibration``: a folder of photos, or None for the training photos of
+    ``cfg.data``."""
+    fp32 = cached_export(checkpoint, model, cfg)
+    files = folder_photos(calibration) if calibration else training_photos(cfg.data)
+    path = fp32.with_name(f"{fp32.stem}.int8.{photos_digest(files)}.onnx")
+    if path.is_file():
+        return path
+    log.info("quantising %s to int8 with %d calibration photos", fp32.name, len(files))
+    size = check_aug_config(cfg.aug).eval_size
+    photos = [read_image(f) for f in files]
+    batches = image_batches(photos, cfg.aug, [size] * len(photos), [1] * len(photos))
+    tmp = path.with_name(f".{path.stem}.unchecked.onnx")
+    try:
+        quantize_int8(fp32, tmp, batches)
+        check = compare_with_onnx(model, onnx_session(tmp), batches)
+        if check.mask_agreement < min_agreement:
+            raise ExportMismatchError(
+                f"the int8 model of {checkpoint} agrees with PyTorch on {check.mask_agreement:.4f} "
+                f"of the calibration photos' pixels (at least {min_agreement} expected); "
+                "use precision=fp32"
+            )
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    key = fp32.stem.rsplit(".", 1)[-1]
+    name = re.escape(checkpoint.stem)
+    stale = re.compile(rf"{name}\.([0-9a-f]{{16}})\.int8\.[0-9a-f]{{8}}\.onnx")
+    for old in path.parent.iterdir():
+        match = stale.fullmatch(old.name)
+        if match and match.group(1) != key:
+            old.unlink(missing_ok=True)  # quantised from an older version of this checkpoint
+    return path
+
+
+def int8_ops(path: Path) -> dict[str, Any]:
+    """Counts of the quantisation ops in an ONNX file (``QuantizeLinear``, ...)."""
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path)).graph.node:
+        if "quantize" in node.op_type.lower() or node.op_type.startswith("QLinear"):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
