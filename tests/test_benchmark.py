@@ -221,3 +221,25 @@ def test_compiled_row_beside_the_eager_one() -> None:
     assert compiled["train_gflops_per_img"] == eager["train_gflops_per_img"]
     assert compiled["train_img_per_s"] > 0 and compiled["warmup_s"] > 0
     assert "single_column:compile" in format_report({**_empty_result(), "models": [compiled]})
+
+
+def test_inference_backends_rows_cover_every_path():
+    """Each path (eager, folded, bf16 where native, ONNX Runtime fp32 and int8, and
+    predict.py's whole per-image work per backend) at each batch size, with positive times;
+    torch's thread count is restored after the ONNX Runtime rows."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from seg.benchmark.inference import format_backends, measure_backends
+
+    threads = torch.get_num_threads()
+    rows = measure_backends(["dual_channel"], tiny())
+    assert torch.get_num_threads() == threads
+    paths = list(dict.fromkeys(r["path"] for r in rows))
+    expected = {"torch fp32, as trained", "torch fp32, BN folded", "onnxruntime fp32"}
+    expected |= {"onnxruntime int8", "predict.py, torch", "predict.py, onnxruntime"}
+    expected |= {"predict.py, ort int8"}
+    assert expected <= set(paths) and len(rows) == 2 * len(paths)
+    for r in rows:
+        assert r["calls"] >= 3 and 0 < r["median_ms_per_img"] <= r["p90_ms_per_img"], r
+    table = format_backends(rows, (32, 32))
+    assert all(p in table for p in paths)

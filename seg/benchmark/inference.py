@@ -4,7 +4,8 @@ side in one process on the same random input, each call timed on its own (median
 Rows, for each model and batch size: eager PyTorch fp32 as built (batch norm unfolded, as the
 engine trains it), the deploy-time model (``seg.models.deploy``: batch norm folded, auxiliary
 heads dropped) in fp32 and, where the CPU computes bf16 natively, under bf16 autocast, and
-ONNX Runtime fp32 on the model's export (``backend=onnxruntime``); then the whole of
+ONNX Runtime fp32 on the model's export (``backend=onnxruntime``) and int8 (``precision=int8``,
+calibrated here on random inputs: the latency does not depend on the ranges); then the whole of
 ``predict.py``'s per-image work for each backend (``Predictor``: eval preset, padding, the
 network, logits resized to the photo, mask and probability), from uint8 photos of the input
 size. Each row runs after an untimed warm-up (the first calls pay for allocation and, in ONNX
@@ -33,6 +34,7 @@ from seg.engine.optim import native_bf16
 from seg.inference.backend import torch_threads
 from seg.inference.onnx import OnnxRuntimeModel, export_onnx
 from seg.inference.predictor import Predictor
+from seg.inference.quantize import quantize_int8
 from seg.models import build_model
 from seg.models.deploy import deploy_model
 
@@ -80,6 +82,9 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> list[InferencePath
     deployed = deploy_model(model)
     onnx_file = export_onnx(model, folder / f"{name}.onnx", s.size)
     session = OnnxRuntimeModel(onnx_file, threads=s.threads or 0)
+    calibration = [torch.randn(1, 3, *s.size) for _ in range(4)]  # latency only: any ranges
+    int8_file = quantize_int8(onnx_file, folder / f"{name}.int8.onnx", calibration)
+    int8 = OnnxRuntimeModel(int8_file, threads=s.threads or 0)
     tensors = {b: torch.randn(b, 3, *s.size) for b in s.infer_batches}
     rng = np.random.default_rng(0)
     photos = [rng.integers(0, 256, (*s.size, 3), dtype=np.uint8) for _ in range(max(tensors))]
@@ -105,8 +110,10 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> list[InferencePath
         paths.append(InferencePath("torch bf16, BN folded", eager(deployed, torch.bfloat16)))
     paths += [
         InferencePath("onnxruntime fp32", eager(session), torch_threads=1),
+        InferencePath("onnxruntime int8", eager(int8), torch_threads=1),
         InferencePath("predict.py, torch", predictor(deployed)),
         InferencePath("predict.py, onnxruntime", predictor(session), torch_threads=1),
+        InferencePath("predict.py, ort int8", predictor(int8), torch_threads=1),
     ]
     return paths
 
