@@ -39,7 +39,7 @@ from pathlib import Path
 from seg.cli import run_script
 from seg.config import compose_predict_config
 from seg.inference import run_predict
-from seg.inference.backend import load_inference_model
+from seg.inference.backend import load_for
 from seg.inference.media import find_inputs
 
 log = logging.getLogger("predict")
@@ -52,15 +52,7 @@ def main(argv: list[str]) -> int:
 def _predict(argv: list[str]) -> int:
     cfg = compose_predict_config(argv)
     find_inputs(Path(cfg.input))  # a missing input fails before the model is loaded or exported
-    model, train_cfg = load_inference_model(
-        cfg.checkpoint,
-        cfg.backend,
-        cfg.device,
-        cfg.column_devices,
-        cfg.threads,
-        cfg.precision,
-        cfg.calibration,
-    )
+    model, train_cfg = load_for(cfg)
     summary = run_predict(cfg, model, train_cfg)
     log.info(
         "%d image(s), %d video frame(s) on %s (%s) -> %d file(s) in %s%s",

@@ -39,7 +39,7 @@ from seg.evaluation.report import (
     write_csv,
 )
 from seg.fileio import write_json
-from seg.inference.backend import inference_threads, load_inference_model
+from seg.inference.backend import inference_threads, load_for
 from seg.inference.media import write_image
 from seg.inference.refine import build_refiner
 from seg.metrics import SegMetrics
@@ -130,15 +130,7 @@ def write_gallery(
 
 
 def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
-    model, train_cfg = load_inference_model(
-        cfg.checkpoint,
-        cfg.backend,
-        cfg.device,
-        cfg.column_devices,
-        cfg.threads,
-        cfg.precision,
-        cfg.calibration,
-    )
+    model, train_cfg = load_for(cfg)
     if cfg.eval_size is not None:
         # replace, not assign: the schema checks the new size when it is made
         train_cfg.aug = dataclasses.replace(

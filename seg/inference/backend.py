@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
-from seg.config import Backend, Config, InferencePrecision
+from seg.config import Backend, Config, EvalConfig, InferencePrecision, PredictConfig
 from seg.devices import resolve_devices
 from seg.inference.onnx import OnnxRuntimeModel, cached_export
 from seg.inference.quantize import cached_int8
@@ -91,6 +91,19 @@ def load_inference_model(
             graph = cached_export(path, model, cfg)
         return OnnxRuntimeModel(graph, threads), cfg
     return deploy_model(model), cfg
+
+
+def load_for(cfg: EvalConfig | PredictConfig) -> tuple[Any, Config]:
+    """:func:`load_inference_model` with the options of ``evaluate.py`` or ``predict.py``."""
+    return load_inference_model(
+        cfg.checkpoint,
+        cfg.backend,
+        cfg.device,
+        cfg.column_devices,
+        cfg.threads,
+        cfg.precision,
+        cfg.calibration,
+    )
 
 
 @contextlib.contextmanager
