@@ -22,7 +22,8 @@ unknown key or a bad value fails at start, naming it):
               the checkpoint's export, made once and cached beside it (<stem>.<key>.onnx);
               threads=N caps the CPU threads of either (docs/evaluation.md, "Backends")
   precision   fp32 | int8: ONNX Runtime on a quantised export, calibrated on the training
-              photos or on calibration=<folder of photos> (docs/evaluation.md, "Backends")
+              photos or on calibration=<folder of photos> | bf16 | fp16: eager PyTorch under
+              autocast (fp16 on GPUs only) (docs/evaluation.md, "Backends")
   batch_size, tta (null | flip),
   blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error | skip),
   progress

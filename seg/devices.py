@@ -114,3 +114,15 @@ def resolve_devices(
             "column(s): give one device for all, one per column, or auto"
         )
     return [_parse_device(n, device_count, local_rank, key) for n in names]
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 in hardware: a CUDA device with bf16 units, a CPU with
+    AVX512-BF16 or AMX. Elsewhere bf16 is emulated: on an AVX2 CPU a bf16 convolution under
+    autocast runs ~36x slower than in fp32 (a 3x3 conv of 8x64x160x120, Zen 3), and the CPU
+    recipes train ~7x slower than in fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cpu":
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return False

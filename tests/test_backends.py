@@ -26,6 +26,7 @@ from seg.inference import onnx as onnx_mod
 from seg.inference.backend import choose_backend, inference_threads, load_inference_model
 from seg.inference.onnx import ExportCheck, ExportMismatchError, OnnxRuntimeModel, cached_export
 from seg.models import build_model
+from seg.models.deploy import AutocastModel
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -152,6 +153,38 @@ def test_int8_runs_in_onnxruntime_only():
     assert choose_backend("onnxruntime", "cpu", precision="int8") is Backend.onnxruntime
     with pytest.raises(ValueError, match=r"precision=int8 runs in ONNX Runtime"):
         choose_backend("torch", "cpu", precision="int8")
+
+
+def test_half_precision_runs_in_eager_pytorch_only():
+    assert choose_backend("auto", "cpu", precision="bf16") is Backend.torch
+    assert choose_backend("torch", "cpu", precision="bf16") is Backend.torch
+    with pytest.raises(ValueError, match=r"precision=bf16 runs in eager PyTorch"):
+        choose_backend("onnxruntime", "cpu", precision="bf16")
+    with pytest.raises(ValueError, match=r"precision=fp16 runs on a GPU"):
+        choose_backend("auto", "cpu", precision="fp16")
+    with pytest.raises(ValueError, match=r"precision=fp16 runs on a GPU"):
+        choose_backend("torch", "cpu", ["cpu", "cpu"], precision="fp16")
+
+
+def test_bf16_runs_under_autocast_and_agrees_with_fp32(checkpoint, photos):
+    """precision=bf16: the deploy-time model under bf16 autocast (its convolutions really run
+    in bfloat16: the logits differ from fp32's), float32 logits out, masks close to fp32's."""
+    half, cfg = load_inference_model(checkpoint, "auto", "cpu", precision="bf16")
+    full, _ = load_inference_model(checkpoint, "torch", "cpu")
+    assert isinstance(half, AutocastModel) and half.dtype is torch.bfloat16
+    assert half.num_columns == full.num_columns == 2
+    half.place([torch.device("cpu")] * 2)
+    assert half.devices == half.net.devices == [torch.device("cpu")] * 2
+    batch = build_eval_transform(cfg.aug)(image=photos[1])["image"][None]
+    with torch.inference_mode():
+        a, b = half(batch)["out"], full(batch)["out"]
+    assert a.dtype is torch.float32 and a.shape == b.shape
+    assert 0 < (a - b).abs().max() < 0.5  # bf16 rounding: a different, close computation
+    for photo in photos:
+        ref = build_predictor(full, cfg, "cpu")([photo])[0].mask
+        got = build_predictor(half, cfg, "cpu")([photo])[0].mask
+        assert 0 < ref.mean() < 1
+        assert (ref == got).mean() >= 0.97
 
 
 def test_int8_is_calibrated_on_photos_cached_and_agrees_with_fp32(

@@ -431,6 +431,7 @@ def test_onnxruntime_and_torch_backends_score_alike(
     }
     torch_r, ort_r = results["torch"], results["onnxruntime"]
     assert torch_r["backend"] == "torch" and ort_r["backend"] == "onnxruntime"
+    assert torch_r["precision"] == ort_r["precision"] == "fp32"
     assert len(list(ckpt.parent.glob("last.*.onnx"))) == 1
     confusion = np.asarray(torch_r["confusion"]["all"])
     assert confusion[:, 1].sum() > 0 and confusion[:, 0].sum() > 0  # both classes predicted

@@ -20,6 +20,7 @@ from seg.config import compose_config, compose_dict
 from seg.data import SegDataset, build_eval_datasets
 from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform
+from seg.devices import native_bf16
 from seg.distributed import shard
 from seg.engine.data import ResumableSampler
 from seg.engine.logger import NonFiniteLossError
@@ -29,7 +30,6 @@ from seg.engine.optim import (
     autocast_dtype,
     build_optimizer,
     build_scheduler,
-    native_bf16,
     resolve_precision,
 )
 from seg.engine.train import train

@@ -30,7 +30,7 @@ import torch
 
 from seg.benchmark.models import ModelBenchSettings, load_config
 from seg.data.transforms import build_eval_transform
-from seg.engine.optim import native_bf16
+from seg.devices import native_bf16
 from seg.inference.backend import torch_threads
 from seg.inference.onnx import OnnxRuntimeModel, export_onnx
 from seg.inference.predictor import Predictor

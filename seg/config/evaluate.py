@@ -40,6 +40,8 @@ class InferencePrecision(str, Enum):
 
     fp32 = "fp32"
     int8 = "int8"  # ONNX Runtime, statically quantised (docs/evaluation.md, "Backends")
+    bf16 = "bf16"  # eager PyTorch under bf16 autocast (GPUs; CPUs with AVX512-BF16 or AMX)
+    fp16 = "fp16"  # eager PyTorch under fp16 autocast (GPUs only)
 
 
 @dataclass
@@ -87,7 +89,8 @@ class EvalConfig:
     column_devices: list[str] = field(default_factory=list)  # one per model column
     backend: Backend = Backend.auto
     threads: int = 0  # CPU threads of the backend (0: torch's / ONNX Runtime's default)
-    # fp32 | int8 (ONNX Runtime, calibrated on training photos: docs/evaluation.md, "Backends")
+    # fp32 | int8 (ONNX Runtime, calibrated on training photos) | bf16 | fp16 (eager PyTorch
+    # under autocast): docs/evaluation.md, "Backends"
     precision: InferencePrecision = InferencePrecision.fp32
     calibration: str | None = None  # int8: a folder of photos; null: the training photos
     batch_size: int = 4

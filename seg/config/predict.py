@@ -51,7 +51,8 @@ class PredictConfig:
     column_devices: list[str] = field(default_factory=list)
     backend: Backend = Backend.auto  # auto | torch | onnxruntime (see evaluate.py's Backend)
     threads: int = 0  # CPU threads of the backend (0: torch's / ONNX Runtime's default)
-    # fp32 | int8 (ONNX Runtime, calibrated on training photos: docs/evaluation.md, "Backends")
+    # fp32 | int8 (ONNX Runtime, calibrated on training photos) | bf16 | fp16 (eager PyTorch
+    # under autocast): docs/evaluation.md, "Backends"
     precision: InferencePrecision = InferencePrecision.fp32
     calibration: str | None = None  # int8: a folder of photos; null: the training photos
     tta: TTA | None = None  # null or flip (twice the compute); evaluate.py takes a list of them

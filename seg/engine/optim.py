@@ -13,6 +13,7 @@ from torch.optim import SGD, AdamW, Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from seg.config import OptimConfig
+from seg.devices import native_bf16
 
 log = logging.getLogger(__name__)
 
@@ -133,18 +134,6 @@ def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, total_steps: int) ->
         cfg.min_lr_ratio,
     )
     return LambdaLR(optimizer, schedule)
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` computes bfloat16 in hardware: a CUDA device with bf16 units, a CPU with
-    AVX512-BF16 or AMX. Elsewhere bf16 is emulated: on an AVX2 CPU a bf16 convolution under
-    autocast runs ~36x slower than in fp32 (a 3x3 conv of 8x64x160x120, Zen 3), and the CPU
-    recipes train ~7x slower than in fp32."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    if device.type == "cpu":
-        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return False
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from seg import distributed as du
 from seg.checkpoint import checkpoint_file
-from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig
+from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig, InferencePrecision
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
 from seg.evaluation.data import Item, list_items, raw_loader
@@ -180,6 +180,7 @@ def _result(
         "skipped": skipped,
         "device": str(predictor.device),
         "backend": predictor.predictors[0].model.backend,
+        "precision": InferencePrecision(cfg.precision).value,
         "world_size": du.world_size(),
     }
 

@@ -17,13 +17,14 @@ import torch
 
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
 from seg.config import Backend, Config, EvalConfig, InferencePrecision, PredictConfig
-from seg.devices import resolve_devices
+from seg.devices import native_bf16, resolve_devices
 from seg.inference.onnx import OnnxRuntimeModel, cached_export
 from seg.inference.quantize import cached_int8
-from seg.models.deploy import deploy_model
+from seg.models.deploy import AutocastModel, deploy_model
 
 log = logging.getLogger(__name__)
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")  # the [export] extra
+HALF = {InferencePrecision.bf16: torch.bfloat16, InferencePrecision.fp16: torch.float16}
 
 
 def missing_onnx_packages() -> list[str]:
@@ -38,14 +39,24 @@ def choose_backend(
 ) -> Backend:
     """``auto`` -> ``onnxruntime`` when the model runs whole on a CPU and the ``[export]``
     extra is installed, else ``torch``; an explicit choice is checked against the devices.
-    ``precision=int8`` runs in ONNX Runtime only (``auto`` takes it wherever it runs)."""
+    ``precision=int8`` runs in ONNX Runtime only, ``bf16`` and ``fp16`` in eager PyTorch only
+    (``auto`` takes the one that runs it)."""
     backend = Backend(backend)
-    if InferencePrecision(precision) is InferencePrecision.int8:
+    precision = InferencePrecision(precision)
+    if precision is InferencePrecision.int8:
         if backend is Backend.torch:
             raise ValueError(
                 "precision=int8 runs in ONNX Runtime: use backend=onnxruntime (or auto)"
             )
         backend = Backend.onnxruntime
+    if precision in HALF:
+        if backend is Backend.onnxruntime:
+            raise ValueError(
+                f"precision={precision.value} runs in eager PyTorch (autocast): use "
+                "backend=torch (or auto)"
+            )
+        _check_half(precision, column_devices or [device])
+        return Backend.torch
     if backend is Backend.torch:
         return backend
     on_cpu = not column_devices and resolve_devices(device, 1, mps=True)[0].type == "cpu"
@@ -65,6 +76,22 @@ def choose_backend(
     return Backend.torch
 
 
+def _check_half(precision: InferencePrecision, spec: Sequence[str]) -> None:
+    """fp16 needs a GPU; bf16 on a CPU without bf16 units is emulated (correct, but slow)."""
+    devices = resolve_devices(list(spec) if len(spec) > 1 else spec[0], len(spec), mps=True)
+    kind = devices[0].type
+    if precision is InferencePrecision.fp16 and kind == "cpu":
+        raise ValueError(
+            "precision=fp16 runs on a GPU (CUDA or MPS); on a CPU use precision=bf16 (CPUs with "
+            "AVX512-BF16 or AMX), int8 or fp32"
+        )
+    if precision is InferencePrecision.bf16 and kind == "cpu" and not native_bf16(devices[0]):
+        log.warning(
+            "precision=bf16 on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated here and "
+            "runs several times slower than fp32; use precision=fp32 or int8"
+        )
+
+
 def load_inference_model(
     checkpoint: str | Path,
     backend: Backend | str = Backend.auto,
@@ -76,8 +103,9 @@ def load_inference_model(
 ) -> tuple[Any, Config]:
     """``(model, training config)`` of a checkpoint (a file or a run folder), ready for
     ``build_predictor`` / ``build_probability_predictor`` (which place it on ``device``):
-    the deploy-time PyTorch model or an :class:`OnnxRuntimeModel` (fp32, or int8 calibrated on
-    the training photos or the folder ``calibration``: ``seg.inference.quantize``).
+    the deploy-time PyTorch model (under bf16 or fp16 autocast for those precisions) or an
+    :class:`OnnxRuntimeModel` (fp32, or int8 calibrated on the training photos or the folder
+    ``calibration``: ``seg.inference.quantize``).
     ``threads`` > 0 sets the CPU threads of either backend."""
     path = checkpoint_file(checkpoint)
     chosen = choose_backend(backend, device, column_devices, precision)
@@ -90,7 +118,10 @@ def load_inference_model(
         else:
             graph = cached_export(path, model, cfg)
         return OnnxRuntimeModel(graph, threads), cfg
-    return deploy_model(model), cfg
+    deployed = deploy_model(model)
+    if InferencePrecision(precision) in HALF:
+        return AutocastModel(deployed, HALF[InferencePrecision(precision)]), cfg
+    return deployed, cfg
 
 
 def load_for(cfg: EvalConfig | PredictConfig) -> tuple[Any, Config]:

@@ -16,8 +16,11 @@ import copy
 import itertools
 import re
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+from seg.models.layers import SegmentationModel
 
 _TORCHVISION_PAIR = re.compile(r"conv(\d+)$")
 
@@ -83,3 +86,30 @@ def deploy_model(model: nn.Module) -> nn.Module:
     auxiliary heads dropped; its ``"out"`` equals the original's up to float rounding."""
     folded, _ = fold_batchnorm(model)
     return drop_aux_heads(folded)
+
+
+class AutocastModel(SegmentationModel):
+    """``model`` run under ``torch.autocast(dtype)`` on the device its input goes to (bf16 or
+    fp16 inference); logits come back in float32. Placement is the wrapped model's (its
+    columns may sit on several GPUs); parts that keep float32 under autocast (a pretrained
+    column with ``fp32: true``) keep it here too."""
+
+    def __init__(self, model: SegmentationModel, dtype: torch.dtype) -> None:
+        super().__init__(channels_last=getattr(model, "channels_last", False))
+        self.net = model
+        self.dtype = dtype
+        self.devices = list(model.devices)
+
+    @property
+    def num_columns(self) -> int:
+        return self.net.num_columns
+
+    def place(self, devices: list[torch.device]) -> AutocastModel:
+        self.net.place(devices)
+        self.devices = list(self.net.devices)
+        return self
+
+    def forward(self, x: Tensor) -> dict[str, Tensor | list[Tensor]]:
+        with torch.autocast(self.devices[0].type, dtype=self.dtype):
+            out = self.net(x)
+        return {"out": out["out"].float(), "aux": [a.float() for a in out.get("aux", [])]}
