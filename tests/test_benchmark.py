@@ -26,6 +26,7 @@ from seg.benchmark.scaling import measure_scaling
 from seg.benchmark.tables import format_report
 from seg.benchmark.timing import time_calls
 from seg.config import compose_config
+from seg.devices import native_bf16
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -238,6 +239,8 @@ def test_inference_backends_rows_cover_every_path():
     expected = {"torch fp32, as trained", "torch fp32, BN folded", "onnxruntime fp32"}
     expected |= {"onnxruntime int8", "predict.py, torch", "predict.py, onnxruntime"}
     expected |= {"predict.py, ort int8"}
+    if native_bf16(torch.device("cpu")):
+        expected |= {"torch bf16, BN folded", "predict.py, torch bf16"}
     assert expected <= set(paths) and len(rows) == 2 * len(paths)
     for r in rows:
         assert r["calls"] >= 3 and 0 < r["median_ms_per_img"] <= r["p90_ms_per_img"], r

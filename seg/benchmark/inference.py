@@ -36,7 +36,7 @@ from seg.inference.onnx import OnnxRuntimeModel, export_onnx
 from seg.inference.predictor import Predictor
 from seg.inference.quantize import quantize_int8
 from seg.models import build_model
-from seg.models.deploy import deploy_model
+from seg.models.deploy import AutocastModel, deploy_model
 
 WARMUP_CALLS = 5
 CALLS = 200  # timed calls per row at most (or the settings' seconds): enough for a p90
@@ -102,16 +102,22 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> list[InferencePath
         run = Predictor(net, build_eval_transform(aug), s.size)
         return lambda batch: run(photos[:batch])
 
+    native = native_bf16(torch.device("cpu"))
     paths = [
         InferencePath("torch fp32, as trained", eager(model)),
         InferencePath("torch fp32, BN folded", eager(deployed)),
     ]
-    if native_bf16(torch.device("cpu")):
+    if native:
         paths.append(InferencePath("torch bf16, BN folded", eager(deployed, torch.bfloat16)))
     paths += [
         InferencePath("onnxruntime fp32", eager(session), torch_threads=1),
         InferencePath("onnxruntime int8", eager(int8), torch_threads=1),
         InferencePath("predict.py, torch", predictor(deployed)),
+    ]
+    if native:
+        half = AutocastModel(deployed, torch.bfloat16)
+        paths.append(InferencePath("predict.py, torch bf16", predictor(half)))
+    paths += [
         InferencePath("predict.py, onnxruntime", predictor(session), torch_threads=1),
         InferencePath("predict.py, ort int8", predictor(int8), torch_threads=1),
     ]
