@@ -24,7 +24,13 @@ from seg.inference import backend as backend_mod
 from seg.inference import build_predictor, quantize, run_predict
 from seg.inference import onnx as onnx_mod
 from seg.inference.backend import choose_backend, inference_threads, load_inference_model
-from seg.inference.onnx import ExportCheck, ExportMismatchError, OnnxRuntimeModel, cached_export
+from seg.inference.onnx import (
+    ExportCheck,
+    ExportMismatchError,
+    OnnxRuntimeModel,
+    UnreadableOnnxError,
+    cached_export,
+)
 from seg.models import build_model
 from seg.models.deploy import AutocastModel
 
@@ -153,6 +159,20 @@ def test_int8_runs_in_onnxruntime_only():
     assert choose_backend("onnxruntime", "cpu", precision="int8") is Backend.onnxruntime
     with pytest.raises(ValueError, match=r"precision=int8 runs in ONNX Runtime"):
         choose_backend("torch", "cpu", precision="int8")
+
+
+def test_a_damaged_cached_export_is_named_and_made_again(checkpoint, photos, tmp_path, caplog):
+    """A cached export that ONNX Runtime cannot parse (outside damage: the cache is written
+    atomically) is reported by name and exported again; a damaged file given directly is an
+    error that names it."""
+    first, _ = load_inference_model(checkpoint, "onnxruntime", "cpu")
+    first.path.write_bytes(first.path.read_bytes()[:1000])  # truncated
+    with pytest.raises(UnreadableOnnxError, match=re.escape(str(first.path))):
+        OnnxRuntimeModel(first.path)
+    with caplog.at_level("WARNING"):
+        again, cfg = load_inference_model(checkpoint, "onnxruntime", "cpu")
+    assert again.path == first.path and "exporting it again" in caplog.text
+    assert 0 < build_predictor(again, cfg, "cpu")([photos[0]])[0].mask.mean() < 1
 
 
 def test_half_precision_runs_in_eager_pytorch_only():

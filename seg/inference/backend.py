@@ -18,7 +18,7 @@ import torch
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
 from seg.config import Backend, Config, EvalConfig, InferencePrecision, PredictConfig
 from seg.devices import native_bf16, resolve_devices
-from seg.inference.onnx import OnnxRuntimeModel, cached_export
+from seg.inference.onnx import OnnxRuntimeModel, UnreadableOnnxError, cached_export
 from seg.inference.quantize import cached_int8
 from seg.models.deploy import AutocastModel, deploy_model
 
@@ -113,11 +113,23 @@ def load_inference_model(
     if threads > 0:
         torch.set_num_threads(threads)
     if chosen is Backend.onnxruntime:
-        if InferencePrecision(precision) is InferencePrecision.int8:
-            graph = cached_int8(path, model, cfg, calibration)
-        else:
-            graph = cached_export(path, model, cfg)
-        return OnnxRuntimeModel(graph, threads), cfg
+        int8 = InferencePrecision(precision) is InferencePrecision.int8
+
+        def graph() -> Path:
+            return (
+                cached_int8(path, model, cfg, calibration)
+                if int8
+                else cached_export(path, model, cfg)
+            )
+
+        cached = graph()
+        try:
+            return OnnxRuntimeModel(cached, threads), cfg
+        except UnreadableOnnxError as err:
+            # The cache is written atomically, so only outside damage gets here.
+            log.warning("%s: exporting it again", err)
+            cached.unlink(missing_ok=True)
+        return OnnxRuntimeModel(graph(), threads), cfg
     deployed = deploy_model(model)
     if InferencePrecision(precision) in HALF:
         return AutocastModel(deployed, HALF[InferencePrecision(precision)]), cfg

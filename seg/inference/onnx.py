@@ -57,6 +57,10 @@ class ExportMismatchError(RuntimeError):
     """ONNX Runtime's logits or masks differ from PyTorch's beyond the tolerances."""
 
 
+class UnreadableOnnxError(ValueError):
+    """An ONNX file that ONNX Runtime cannot parse (damaged, truncated, not ONNX)."""
+
+
 class LogitsOnly(nn.Module):
     """``model(x)["out"]``: the exported graph returns a tensor, not the training dict."""
 
@@ -143,7 +147,18 @@ def onnx_session(path: Path, providers: list[Any] | None = None, threads: int = 
     if threads > 0:
         options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1  # one graph at a time: the batch is the parallelism
-    return ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(
+            str(path), options, providers=providers or ["CPUExecutionProvider"]
+        )
+    except (
+        ort.capi.onnxruntime_pybind11_state.InvalidProtobuf,
+        ort.capi.onnxruntime_pybind11_state.InvalidGraph,
+    ) as err:
+        raise UnreadableOnnxError(
+            f"{path}: not a readable ONNX graph ({err}); if it is a cached export, delete it "
+            "and it is exported again"
+        ) from err
 
 
 @dataclass
