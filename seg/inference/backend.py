@@ -78,7 +78,7 @@ def choose_backend(
 
 def _check_half(precision: InferencePrecision, spec: Sequence[str]) -> None:
     """fp16 needs a GPU; bf16 on a CPU without bf16 units is emulated (correct, but slow)."""
-    devices = resolve_devices(list(spec) if len(spec) > 1 else spec[0], len(spec), mps=True)
+    devices = resolve_devices(list(spec), len(spec), mps=True)
     kind = devices[0].type
     if precision is InferencePrecision.fp16 and kind == "cpu":
         raise ValueError(
@@ -108,12 +108,13 @@ def load_inference_model(
     ``calibration``: ``seg.inference.quantize``).
     ``threads`` > 0 sets the CPU threads of either backend."""
     path = checkpoint_file(checkpoint)
+    precision = InferencePrecision(precision)
     chosen = choose_backend(backend, device, column_devices, precision)
     model, cfg = load_model_from_checkpoint(path, device="cpu")
     if threads > 0:
         torch.set_num_threads(threads)
     if chosen is Backend.onnxruntime:
-        int8 = InferencePrecision(precision) is InferencePrecision.int8
+        int8 = precision is InferencePrecision.int8
 
         def graph() -> Path:
             return (
@@ -131,9 +132,8 @@ def load_inference_model(
             cached.unlink(missing_ok=True)
         return OnnxRuntimeModel(graph(), threads), cfg
     deployed = deploy_model(model)
-    if InferencePrecision(precision) in HALF:
-        return AutocastModel(deployed, HALF[InferencePrecision(precision)]), cfg
-    return deployed, cfg
+    dtype = HALF.get(precision)
+    return (deployed if dtype is None else AutocastModel(deployed, dtype)), cfg
 
 
 def load_for(cfg: EvalConfig | PredictConfig) -> tuple[Any, Config]:
