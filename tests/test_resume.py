@@ -38,26 +38,33 @@ def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
-def test_resume_gives_identical_parameters_and_logs(data_root: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("ema", [[], ["trainer.ema_decay=0.9"]], ids=["plain", "ema"])
+def test_resume_gives_identical_parameters_and_logs(
+    data_root: Path, tmp_path: Path, ema: list[str]
+) -> None:
     straight, broken = tmp_path / "straight", tmp_path / "broken"
-    train(compose_config([*tiny_overrides(data_root, straight), *COMMON]))
+    common = [*COMMON, *ema]
+    train(compose_config([*tiny_overrides(data_root, straight), *common]))
 
     with pytest.MonkeyPatch.context() as mp, pytest.raises(InjectedFault):
         mp.setenv(FAULT_ENV, "2:0:exception")
-        train(compose_config([*tiny_overrides(data_root, broken), *COMMON]))
+        train(compose_config([*tiny_overrides(data_root, broken), *common]))
     saved = load_checkpoint(broken / "checkpoints" / "last.pt")
     assert (saved["epoch"], saved["step"], saved["batch_in_epoch"]) == (0, 2, 2)
     resumed = train(
-        compose_config([*tiny_overrides(data_root, broken), *COMMON, "trainer.resume=auto"])
+        compose_config([*tiny_overrides(data_root, broken), *common, "trainer.resume=auto"])
     )
 
     a = load_checkpoint(straight / "checkpoints" / "last.pt")
     b = load_checkpoint(broken / "checkpoints" / "last.pt")
     assert a["step"] == b["step"] == resumed["step"] == 4
-    for key, value in a["model"].items():  # weights and BatchNorm statistics, bit for bit
-        assert torch.equal(value, b["model"][key]), key
-    for key in ("scheduler", "epoch", "batch_in_epoch", "metrics", "best"):
-        assert a[key] == b[key], key
+    weights = ["model", "train_model"] if ema else ["model"]  # with an EMA: average and trained
+    assert [k for k in ("model", "train_model") if k in b] == weights
+    for name in weights:
+        for key, value in a[name].items():  # weights and BatchNorm statistics, bit for bit
+            assert torch.equal(value, b[name][key]), (name, key)
+    for key in ("scheduler", "epoch", "batch_in_epoch", "metrics", "best", "ema_updates"):
+        assert a.get(key) == b.get(key), key
     assert _history(straight) == _history(broken)  # the interrupted run's log is continuous
     steps = [r["step"] for r in _history(broken) if "train/loss" in r]
     assert steps == [1, 2, 3, 4]

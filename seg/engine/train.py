@@ -136,7 +136,7 @@ def _run(
         writer.log_model_summary(p.model_without_ddp, (1, 3, *cfg.aug.eval_size), state.step)
         writer.watch_val_images(p.val_loader.dataset if p.val_loader is not None else None)
     log.info(
-        "run %s: %d replica(s) on %s, global batch %d, %d steps/epoch, %d steps, precision %s%s",
+        "run %s: %d replica(s) on %s, global batch %d, %d steps/epoch, %d steps, precision %s%s%s",
         run_dir,
         du.world_size(),
         [str(d) for d in p.model_without_ddp.devices],
@@ -144,6 +144,7 @@ def _run(
         p.steps_per_epoch,
         p.total_steps,
         p.precision if p.precision == str(t.precision) else f"{t.precision} -> {p.precision}",
+        f", weight EMA (decay {t.ema_decay})" if p.ema is not None else "",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
     while state.step < p.total_steps:
@@ -200,6 +201,8 @@ def train_one_epoch(
             if not sync:
                 continue
             lr = p.optimizer_step()
+            if p.ema is not None:
+                p.ema.update(p.model_without_ddp)
             state.step += 1
             bar.update()
             end = state.batch_in_epoch >= passes or state.step >= p.total_steps
@@ -254,9 +257,10 @@ def _log_train(
 def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> bool:
     """Score the validation split (all ranks), record the target and the best; True if best."""
     t = cfg.trainer
-    du.broadcast_buffers_(p.model_without_ddp)  # every rank scores rank 0's (saved) model
+    model = p.model_without_ddp if p.ema is None else p.ema.module  # what checkpoints save
+    du.broadcast_buffers_(model)  # every rank scores rank 0's (saved) model
     totals, val_bad = evaluate(
-        p.model_without_ddp, p.val_loader, p.device, p.sources, cfg.model.num_classes, p.amp_dtype
+        model, p.val_loader, p.device, p.sources, cfg.model.num_classes, p.amp_dtype
     )
     if val_bad and not sum(int(m.confusion.sum()) for m in totals.values()):
         raise RuntimeError(
@@ -273,7 +277,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     )
     writer.log(state.step, scalars(state.metrics))
     aug = cfg.aug
-    writer.log_val_images(state.step, p.model_without_ddp, p.device, aug.mean, aug.std, p.amp_dtype)
+    writer.log_val_images(state.step, model, p.device, aug.mean, aug.std, p.amp_dtype)
     state.tick()
     acc = state.metrics["val/pixel_acc"]
     if state.target is None and meets_target(acc, t.target_pixel_acc):
@@ -304,13 +308,22 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
 def save_checkpoint(
     p: Parts, state: TrainState, cfg: Config, ckpts: Checkpointer, is_best: bool = False
 ) -> None:
-    """Every rank contributes its random states; rank 0 writes."""
+    """Every rank contributes its random states; rank 0 writes. ``"model"`` holds the weights
+    to use (the moving average with ``trainer.ema_decay``, which then adds the weights being
+    trained as ``"train_model"`` and its update count for resuming)."""
     state.tick()
     rng = du.all_gather_object(capture_rng(p.transforms, p.cuda_devices))
     if ckpts.directory is None:
         return
+    weights = {"model": p.model_without_ddp.state_dict()}
+    if p.ema is not None:
+        weights = {
+            "model": p.ema.module.state_dict(),
+            "train_model": weights["model"],
+            "ema_updates": p.ema.updates,
+        }
     ckpt = {
-        "model": p.model_without_ddp.state_dict(),
+        **weights,
         "optimizer": p.optimizer.state_dict(),
         "scheduler": p.scheduler.state_dict(),
         "scaler": p.scaler.state_dict(),
