@@ -10,10 +10,13 @@ the whole net). The result is then a multi-device module: DDP wraps it with ``de
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 def auto_device_indices(
@@ -114,6 +117,19 @@ def resolve_devices(
             "column(s): give one device for all, one per column, or auto"
         )
     return [_parse_device(n, device_count, local_rank, key) for n in names]
+
+
+def warn_if_emulated_bf16(device: torch.device, setting: str, instead: str) -> None:
+    """Warn that ``setting`` (a bf16 choice) runs emulated, several times slower than fp32, on
+    ``device`` when it is a CPU without bf16 units (:func:`native_bf16`); ``instead``: what to
+    use. Training's and inference's precision checks share it."""
+    if device.type == "cpu" and not native_bf16(device):
+        log.warning(
+            "%s on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated here and runs several "
+            "times slower than fp32; use %s",
+            setting,
+            instead,
+        )
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -13,7 +13,7 @@ from torch.optim import SGD, AdamW, Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from seg.config import OptimConfig
-from seg.devices import native_bf16
+from seg.devices import native_bf16, warn_if_emulated_bf16
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,8 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         if native_bf16(device):
             return "bf16"
         return "16" if device.type == "cuda" else "32"
-    if precision == "bf16" and device.type == "cpu" and not native_bf16(device):
-        log.warning(
-            "trainer.precision=bf16 on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated "
-            "here and trains several times slower than fp32; use trainer.precision=auto or 32"
-        )
+    if precision == "bf16":
+        warn_if_emulated_bf16(device, "trainer.precision=bf16", "trainer.precision=auto or 32")
     return precision
 
 

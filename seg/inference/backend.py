@@ -17,7 +17,7 @@ import torch
 
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
 from seg.config import Backend, Config, EvalConfig, InferencePrecision, PredictConfig
-from seg.devices import native_bf16, resolve_devices
+from seg.devices import resolve_devices, warn_if_emulated_bf16
 from seg.inference.onnx import OnnxRuntimeModel, UnreadableOnnxError, cached_export
 from seg.inference.quantize import cached_int8
 from seg.models.deploy import AutocastModel, deploy_model
@@ -85,11 +85,8 @@ def _check_half(precision: InferencePrecision, spec: Sequence[str]) -> None:
             "precision=fp16 runs on a GPU (CUDA or MPS); on a CPU use precision=bf16 (CPUs with "
             "AVX512-BF16 or AMX), int8 or fp32"
         )
-    if precision is InferencePrecision.bf16 and kind == "cpu" and not native_bf16(devices[0]):
-        log.warning(
-            "precision=bf16 on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated here and "
-            "runs several times slower than fp32; use precision=fp32 or int8"
-        )
+    if precision is InferencePrecision.bf16:
+        warn_if_emulated_bf16(devices[0], "precision=bf16", "precision=fp32 or int8")
 
 
 def load_inference_model(
