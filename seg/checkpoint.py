@@ -4,8 +4,10 @@ rebuilding the model it holds (for evaluation, prediction and export as for trai
 A checkpoint is a dict of tensors, numbers, strings, lists and dicts only (the resolved config
 included), so ``torch.load(weights_only=True)`` reads it and it rebuilds its model on its own:
 ``{"model", "optimizer", "scheduler", "scaler", "epoch", "step", "batch_in_epoch",
-"rng": [per rank], "config", "metrics", "best", "target", "elapsed_s"}``. What only training
-needs (``last`` / ``best`` / keep-N, RNG states, resume) is ``seg.engine.checkpoint``.
+"rng": [per rank], "config", "metrics", "best", "target", "elapsed_s"}``, and with a weight
+EMA (``trainer.ema_decay``) ``"train_model"`` and ``"ema_updates"`` too: ``"model"`` is always
+the weights to use (the average, then). What only training needs (``last`` / ``best`` /
+keep-N, RNG states, resume) is ``seg.engine.checkpoint``.
 """
 
 from __future__ import annotations
