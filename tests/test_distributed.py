@@ -21,7 +21,7 @@ from training_utils import (
 )
 
 from seg import distributed as du
-from seg.checkpoint import load_model_from_checkpoint
+from seg.checkpoint import load_checkpoint, load_model_from_checkpoint
 from seg.config import compose_config, compose_dict
 from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
@@ -73,21 +73,38 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_two_gloo_processes_match_one_process(data_root: Path, tmp_path: Path, one_thread) -> None:
+@pytest.mark.parametrize("ema", [[], ["trainer.ema_decay=0.5"]], ids=["plain", "ema"])
+def test_two_gloo_processes_match_one_process(
+    data_root: Path, tmp_path: Path, one_thread, ema: list[str]
+) -> None:
+    """Also with a weight EMA: each replica averages its own (equal) weights, and validation
+    scores the average with rank 0's BatchNorm statistics, what the checkpoint's model holds."""
     ddp, single = tmp_path / "ddp", tmp_path / "single"
-    overrides = [*tiny_overrides(data_root, ddp), *SAME_WORK, f"hydra.run.dir={tmp_path}/hydra"]
+    work = [*SAME_WORK, *ema]
+    overrides = [*tiny_overrides(data_root, ddp), *work, f"hydra.run.dir={tmp_path}/hydra"]
     # trainer.devices=2: the script starts both replicas itself through torch's elastic API.
     _run([sys.executable, SCRIPT, *overrides, "trainer.devices=2"], cwd=tmp_path)
     result = json.loads((ddp / "metrics.json").read_text())
     assert result["world_size"] == 2 and result["step"] == 2
 
-    reference = [*tiny_overrides(data_root, single), *SAME_WORK, "trainer.accumulate=2"]
+    reference = [*tiny_overrides(data_root, single), *work, "trainer.accumulate=2"]
     assert train(compose_config(reference))["world_size"] == 1
     a = parameters(ddp / "checkpoints" / "last.pt")
     b = parameters(single / "checkpoints" / "last.pt")
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=RTOL, atol=ATOL, msg=key)
     torch.testing.assert_close(_losses(ddp), _losses(single), rtol=RTOL, atol=ATOL)
+    if ema:  # the trained weights match too (parameters: BatchNorm statistics are per
+        # replica), and differ from the average
+        a = load_checkpoint(ddp / "checkpoints" / "last.pt")
+        b = load_checkpoint(single / "checkpoints" / "last.pt")
+        assert a["ema_updates"] == b["ema_updates"] == 2
+        trained = a["train_model"]
+        for key in parameters(ddp / "checkpoints" / "last.pt"):
+            torch.testing.assert_close(
+                trained[key], b["train_model"][key], rtol=RTOL, atol=ATOL, msg=key
+            )
+        assert any(not torch.equal(a["model"][k], trained[k]) for k in a["model"])
 
     # Validation in shards of 2 + 1 images, summed over the ranks, counts exactly what one
     # process counts with the same weights.
