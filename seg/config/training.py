@@ -47,7 +47,7 @@ class TrainerConfig:
     # Exponential moving average of the weights and BatchNorm statistics, updated after every
     # optimiser step with this decay (warmed up as min(decay, (1 + n) / (10 + n)) over the
     # first updates); validation, best.pt and every checkpoint's "model" are then the
-    # average's (docs/training.md, "Weight averaging"). 0 = off; e.g. 0.999.
+    # average's (docs/training.md, "Precision, accumulation, clipping"). 0 = off; e.g. 0.999.
     ema_decay: float = 0.0
     precision: str = "32"  # 32 | bf16 (autocast) | 16 (fp16 + gradient scaler, CUDA) | auto
     # Replicas that `python scripts/train.py` starts itself (torch elastic): N or auto (one per
