@@ -246,3 +246,28 @@ def test_inference_backends_rows_cover_every_path():
         assert r["calls"] >= 3 and 0 < r["median_ms_per_img"] <= r["p90_ms_per_img"], r
     table = format_backends(rows, (32, 32))
     assert all(p in table for p in paths)
+
+
+def test_inference_paths_hold_one_onnxruntime_session_at_a_time(tmp_path):
+    """A second ONNX Runtime session that has run slows the first, and predict.py holds only
+    one: while each ONNX Runtime row runs, its session is the only one alive."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    import gc
+
+    from seg.benchmark.inference import _paths
+    from seg.inference.onnx import OnnxRuntimeModel
+
+    def live_sessions() -> int:
+        gc.collect()
+        return sum(isinstance(o, OnnxRuntimeModel) for o in gc.get_objects())
+
+    seen = {}
+    for path in _paths("dual_channel", tiny(), tmp_path):
+        seen[path.name] = live_sessions()
+        path.run(1)
+        del path
+    assert seen["torch fp32, as trained"] == 0
+    for name in ("onnxruntime fp32", "predict.py, onnxruntime", "onnxruntime int8"):
+        assert seen[name] == 1, seen
+    assert seen["predict.py, ort int8"] == 1 and live_sessions() == 0

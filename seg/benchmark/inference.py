@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,16 +76,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def _paths(name: str, s: ModelBenchSettings, folder: Path) -> list[InferencePath]:
+def _paths(name: str, s: ModelBenchSettings, folder: Path) -> Iterator[InferencePath]:
+    """The paths of one model, made one at a time. Each ONNX Runtime session (fp32, then int8)
+    exists only while its own rows run: a second session that has run in the same process
+    slows the first (the pretrained model's fp32 session: 10.8 -> 15-19 ms at batch 1 on the
+    2-core machine, back to 10.2 once the other is freed), and ``predict.py`` and
+    ``evaluate.py`` only ever hold one."""
     cfg = load_config(name, s)
     torch.manual_seed(0)
     model = build_model(cfg.model, pretrained=False).eval()  # random weights: same FLOPs
     deployed = deploy_model(model)
-    onnx_file = export_onnx(model, folder / f"{name}.onnx", s.size)
-    session = OnnxRuntimeModel(onnx_file, threads=s.threads or 0)
-    calibration = [torch.randn(1, 3, *s.size) for _ in range(4)]  # latency only: any ranges
-    int8_file = quantize_int8(onnx_file, folder / f"{name}.int8.onnx", calibration)
-    int8 = OnnxRuntimeModel(int8_file, threads=s.threads or 0)
     tensors = {b: torch.randn(b, 3, *s.size) for b in s.infer_batches}
     rng = np.random.default_rng(0)
     photos = [rng.integers(0, 256, (*s.size, 3), dtype=np.uint8) for _ in range(max(tensors))]
@@ -102,26 +103,28 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> list[InferencePath
         run = Predictor(net, build_eval_transform(aug), s.size)
         return lambda batch: run(photos[:batch])
 
+    yield InferencePath("torch fp32, as trained", eager(model))
+    yield InferencePath("torch fp32, BN folded", eager(deployed))
     native = native_bf16(torch.device("cpu"))
-    paths = [
-        InferencePath("torch fp32, as trained", eager(model)),
-        InferencePath("torch fp32, BN folded", eager(deployed)),
-    ]
     if native:
-        paths.append(InferencePath("torch bf16, BN folded", eager(deployed, torch.bfloat16)))
-    paths += [
-        InferencePath("onnxruntime fp32", eager(session), torch_threads=1),
-        InferencePath("onnxruntime int8", eager(int8), torch_threads=1),
-        InferencePath("predict.py, torch", predictor(deployed)),
-    ]
+        yield InferencePath("torch bf16, BN folded", eager(deployed, torch.bfloat16))
+    yield InferencePath("predict.py, torch", predictor(deployed))
     if native:
         half = AutocastModel(deployed, torch.bfloat16)
-        paths.append(InferencePath("predict.py, torch bf16", predictor(half)))
-    paths += [
-        InferencePath("predict.py, onnxruntime", predictor(session), torch_threads=1),
-        InferencePath("predict.py, ort int8", predictor(int8), torch_threads=1),
-    ]
-    return paths
+        yield InferencePath("predict.py, torch bf16", predictor(half))
+
+    onnx_file = export_onnx(model, folder / f"{name}.onnx", s.size)
+    calibration = [torch.randn(1, 3, *s.size) for _ in range(4)]  # latency only: any ranges
+    int8_file = quantize_int8(onnx_file, folder / f"{name}.int8.onnx", calibration)
+    for label, file, predict_label in (
+        ("fp32", onnx_file, "predict.py, onnxruntime"),
+        ("int8", int8_file, "predict.py, ort int8"),
+    ):
+        session = OnnxRuntimeModel(file, threads=s.threads or 0)
+        yield InferencePath(f"onnxruntime {label}", eager(session), torch_threads=1)
+        yield InferencePath(predict_label, predictor(session), torch_threads=1)
+        del session  # the caller drops the last path before running the next session's rows
+        gc.collect()
 
 
 def measure_backends(names: list[str], s: ModelBenchSettings) -> list[dict[str, Any]]:
@@ -144,6 +147,7 @@ def measure_backends(names: list[str], s: ModelBenchSettings) -> list[dict[str, 
                             "p90_ms_per_img": 1000 * percentile(times, 0.9) / batch,
                         }
                     )
+                del path  # frees an ONNX Runtime session before the next one runs
     return rows
 
 
