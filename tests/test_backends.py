@@ -113,6 +113,66 @@ def test_a_failed_check_leaves_no_export(checkpoint, monkeypatch):
     assert [p.name for p in checkpoint.parent.iterdir()] == ["best.pt"]
 
 
+def test_an_export_in_progress_elsewhere_is_left_alone(checkpoint):
+    """torchrun's ranks export the same checkpoint at once: each writes its own temporary
+    file, so one rank's rename or clean-up never takes another's file away (the temporary
+    names used to be fixed)."""
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    key = onnx_mod.export_key(checkpoint, None)
+    others = [checkpoint.parent / f".best.{key}.unchecked.onnx", checkpoint.parent / ".best.x.onnx"]
+    for other in others:
+        other.write_bytes(b"another process's half-written export")
+    path = cached_export(checkpoint, model, cfg)
+    assert path.is_file()
+    for other in others:
+        assert other.read_bytes() == b"another process's half-written export"
+    leftovers = {p.name for p in checkpoint.parent.iterdir()} - {"best.pt", path.name}
+    assert leftovers == {o.name for o in others}
+
+
+def test_a_read_only_checkpoint_folder_exports_to_the_cache(checkpoint, tmp_path, monkeypatch):
+    """A read-only mount raises EROFS (not PermissionError, and also for root): the export goes
+    to the user's cache instead; other write errors are not hidden."""
+    import errno
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    real = onnx_mod._export_checked
+
+    def read_only_beside_the_checkpoint(model, cfg, path, ckpt, opset):
+        if path.parent == checkpoint.parent:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real(model, cfg, path, ckpt, opset)
+
+    monkeypatch.setattr(onnx_mod, "_export_checked", read_only_beside_the_checkpoint)
+    path = cached_export(checkpoint, model, cfg)
+    assert path.parent == tmp_path / "cache" / "humanseg" / "onnx" and path.is_file()
+    assert [p.name for p in checkpoint.parent.iterdir()] == ["best.pt"]
+
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(onnx_mod, "_export_checked", disk_full)
+    path.unlink()
+    with pytest.raises(OSError, match="No space left"):
+        cached_export(checkpoint, model, cfg)
+
+
+def test_the_shared_cache_keeps_other_runs_exports(checkpoint, tmp_path, monkeypatch):
+    """Every run's best checkpoint is called best.pt: an export in the shared cache must not
+    remove another run's as if it were a stale version of its own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = onnx_mod.cache_dir()
+    cache.mkdir(parents=True)
+    other_run = cache / "best.0123456789abcdef.onnx"
+    other_run.write_bytes(b"another run's export")
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    path = onnx_mod._export_checked(
+        model, cfg, cache / "best.fedcba9876543210.onnx", checkpoint, None
+    )
+    assert path.is_file() and other_run.is_file()
+
+
 def test_prediction_through_onnxruntime_matches_torch(checkpoint, photos, tmp_path):
     """Every image and video frame: the masks of both backends agree on >= 99.9% of pixels
     (fp32 both; they differ only where the logits tie within rounding), with flip TTA and

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -45,7 +46,7 @@ from torch import Tensor, nn
 from seg.config import AugConfig, Config
 from seg.data.batching import pad_batch
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_pad_value
-from seg.fileio import atomic_path
+from seg.fileio import atomic_path, temp_beside
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +241,11 @@ def export_key(checkpoint: Path, opset: int | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
+# A folder we may not write to: no permission (EACCES, EPERM; not raised for root) or a
+# read-only mount (EROFS, raised for root too).
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def cache_dir() -> Path:
     """Where exports go when the checkpoint's folder is read-only."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -264,7 +270,9 @@ def cached_export(
         try:
             folder.mkdir(parents=True, exist_ok=True)
             return _export_checked(model, cfg, folder / name, checkpoint, opset)
-        except PermissionError as err:
+        except OSError as err:
+            if err.errno not in _NOT_WRITABLE:
+                raise
             log.warning(
                 "cannot write the ONNX export beside the checkpoint (%s); using %s",
                 err,
@@ -278,7 +286,7 @@ def _export_checked(
 ) -> Path:
     eval_size = check_aug_config(cfg.aug).eval_size
     log.info("exporting %s to %s for ONNX Runtime (once per checkpoint)", checkpoint, path)
-    tmp = path.with_name(f".{path.stem}.unchecked.onnx")
+    tmp = temp_beside(path)  # its own name: torchrun's ranks may export the same file at once
     export_onnx(model, tmp, eval_size, opset, model_metadata(model, cfg))
     try:
         # A graph check on seeded random photos at the eval size and an odd larger size, as
@@ -297,6 +305,8 @@ def _export_checked(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    if path.parent != checkpoint.parent:
+        return path  # the shared cache holds every run's `best.pt`: keep the others' exports
     stale = re.compile(rf"{re.escape(checkpoint.stem)}\.[0-9a-f]{{16}}\.onnx")
     for old in path.parent.iterdir():
         if old != path and stale.fullmatch(old.name):

@@ -33,6 +33,7 @@ from seg.config import Config, DataConfig
 from seg.data import list_source, source_names
 from seg.data.io import read_image
 from seg.data.transforms import check_aug_config
+from seg.fileio import temp_beside
 from seg.inference.media import IMAGE_EXTENSIONS
 from seg.inference.onnx import (
     INPUT_NAME,
@@ -115,7 +116,7 @@ def quantize_int8(fp32: Path, out: Path, batches: Sequence[Tensor]) -> Path:
     class Reader(_Reader, CalibrationDataReader):
         pass
 
-    prepared = out.with_name(f".{out.stem}.prepared.onnx")
+    prepared = temp_beside(out)  # its own name: processes may quantise the same model at once
     try:
         quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
         quantize_static(
@@ -152,7 +153,7 @@ def cached_int8(
     size = check_aug_config(cfg.aug).eval_size
     photos = [read_image(f) for f in files]
     batches = image_batches(photos, cfg.aug, [size] * len(photos), [1] * len(photos))
-    tmp = path.with_name(f".{path.stem}.unchecked.onnx")
+    tmp = temp_beside(path)
     try:
         quantize_int8(fp32, tmp, batches)
         check = compare_with_onnx(model, onnx_session(tmp), batches)
@@ -165,6 +166,8 @@ def cached_int8(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    if path.parent != checkpoint.parent:
+        return path  # the shared cache holds every run's `best.pt`: keep the others' models
     key = fp32.stem.rsplit(".", 1)[-1]
     name = re.escape(checkpoint.stem)
     stale = re.compile(rf"{name}\.([0-9a-f]{{16}})\.int8\.[0-9a-f]{{8}}\.onnx")
