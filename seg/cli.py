@@ -10,8 +10,18 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from seg.checkpoint import CheckpointError
+from seg.inference.onnx import ExportMismatchError
 
-USER_ERRORS = (HydraException, OmegaConfBaseException, CheckpointError, OSError, ValueError)
+# ExportMismatchError: an ONNX or int8 model that disagrees with PyTorch, with the option to
+# run instead (backend=torch, precision=fp32) in its message.
+USER_ERRORS = (
+    HydraException,
+    OmegaConfBaseException,
+    CheckpointError,
+    ExportMismatchError,
+    OSError,
+    ValueError,
+)
 
 
 def run_script(

@@ -26,13 +26,14 @@ def test_each_update_moves_every_float_tensor_by_the_warmed_up_decay() -> None:
     average.load_state_dict(model.state_dict())
     ema = ModelEma(average, decay=0.9)
     expected = {k: v.clone() for k, v in average.state_dict().items()}
-    for n in (1, 2, 3, 30):
+    for n in (1, 2, 3, 30, 200):  # from 90 updates on the warm-up passes the decay: capped
         ema.updates = n - 1
         model.train()(torch.randn(2, 3, 8, 8))  # BatchNorm statistics move too
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p))
         d = min(0.9, (1 + n) / (10 + n))
+        assert (d == 0.9) if n == 200 else (d < 0.9)
         assert ema.current_decay() == pytest.approx(d)
         ema.update(model)
         for key, new in model.state_dict().items():
@@ -41,7 +42,7 @@ def test_each_update_moves_every_float_tensor_by_the_warmed_up_decay() -> None:
                 torch.testing.assert_close(average.state_dict()[key], expected[key], msg=key)
             else:  # num_batches_tracked: copied, not averaged
                 assert torch.equal(average.state_dict()[key], new), key
-    assert ema.updates == 30 and not average.training
+    assert ema.updates == 200 and not average.training
     assert not any(p.requires_grad for p in average.parameters())
 
 
