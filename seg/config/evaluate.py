@@ -28,7 +28,7 @@ class TTA(str, Enum):
 
 
 class Backend(str, Enum):
-    """What runs the network in evaluation and prediction (docs/inference.md, "Backends")."""
+    """What runs the network in evaluation and prediction (docs/evaluation.md, "Backends")."""
 
     auto = "auto"  # onnxruntime on a CPU when it is installed, else torch
     torch = "torch"  # eager PyTorch, batch norm folded; the only one that splits columns
