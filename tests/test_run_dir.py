@@ -131,6 +131,26 @@ def test_resume_refuses_another_optimiser_or_model_before_loading_any_state(
             data_root, run, "trainer.max_steps=2", "trainer.resume=auto", "optim.lr=0.02"
         )
     assert result["step"] == 2 and "optim.lr: 0.01 -> 0.02" in caplog.text
+    # One parameter group instead of two (decayed weights; undecayed norms and biases): the
+    # optimiser state cannot fit, and the error says which settings regroup the parameters.
+    with pytest.raises(CheckpointError, match=r"parameter groups .*optim\.norm_weight_decay"):
+        _train(
+            data_root,
+            run,
+            "trainer.max_steps=3",
+            "trainer.resume=auto",
+            "optim.norm_weight_decay=null",
+        )
+
+
+def test_resume_refuses_a_weights_only_checkpoint(data_root: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _train(data_root, run, "trainer.max_steps=1")
+    full = load_checkpoint(run / "checkpoints" / "last.pt")
+    weights = tmp_path / "weights.pt"
+    torch.save({"model": full["model"], "config": full["config"]}, weights)
+    with pytest.raises(CheckpointError, match=r"weights\.pt: it holds model weights but not a"):
+        _train(data_root, tmp_path / "run2", "trainer.max_steps=2", f"trainer.resume={weights}")
 
 
 def test_a_config_error_leaves_no_run_folder(data_root: Path, tmp_path: Path) -> None:

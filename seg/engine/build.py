@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 
 from seg import distributed as du
+from seg.checkpoint import CheckpointError
 from seg.config import Config
 from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset
 from seg.data.transforms import build_eval_transform, eval_pad_value
@@ -182,7 +183,16 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
 
 def restore_states(p: Parts, ckpt: dict[str, Any]) -> None:
     """Optimiser, schedule position, scaler and this rank's random states from ``ckpt``."""
-    p.optimizer.load_state_dict(ckpt["optimizer"])
+    try:
+        p.optimizer.load_state_dict(ckpt["optimizer"])
+    except ValueError as err:  # torch: a different number or size of parameter groups
+        raise CheckpointError(
+            f"the checkpoint's optimiser state does not fit this run's parameter groups "
+            f"({err}). Settings that regroup the parameters must match the checkpoint's: "
+            "optim.norm_weight_decay (null or a value), optim.backbone_lr_mult (1 or not) "
+            "and the frozen stages of pretrained columns; resume with the checkpoint's "
+            "settings, or start a new run"
+        ) from err
     # The schedule's shape comes from the current config (a longer max_steps re-plans the rest
     # of the decay); only its position is restored.
     p.scheduler.load_state_dict({**ckpt["scheduler"], "lr_lambdas": [None]})

@@ -16,6 +16,7 @@ import torch
 from seg import distributed as du
 from seg.checkpoint import CheckpointError, checkpoint_file, load_checkpoint, save_checkpoint
 from seg.config import Config, config_to_dict, to_config
+from seg.engine.state import STATE_KEYS
 from seg.fileio import link_or_copy
 
 log = logging.getLogger(__name__)
@@ -159,13 +160,24 @@ _INCIDENTAL = (
 )
 
 
+# What a checkpoint needs to continue training from (besides "model" and "config").
+RESUME_KEYS = ("optimizer", "scheduler", "scaler", "rng", *STATE_KEYS)
+
+
 def check_resume_config(ckpt: dict[str, Any], cfg: Config, path: Path) -> None:
     """Compare the config stored in ``ckpt`` with this run's before any state is loaded.
 
     A change of the model or of the optimiser's kind raises :class:`CheckpointError` naming
     each key ("checkpoint used optim.name=sgd, this run uses adamw"); other changes are
     logged, with a reminder that the optimiser and the schedule continue from the checkpoint.
+    A checkpoint without the training state (a weights-only file) raises as well.
     """
+    missing = [k for k in RESUME_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(
+            f"cannot resume {path}: it holds model weights but not a training state (no "
+            f"{', '.join(missing)}); resume from a run's checkpoints/last.pt, or start a new run"
+        )
     try:
         saved = _flatten(config_to_dict(to_config(ckpt["config"])))
     except Exception as err:
