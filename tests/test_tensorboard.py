@@ -166,6 +166,24 @@ def test_resume_rewrites_metrics_jsonl_atomically(
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary file left
 
 
+def test_resume_drops_a_last_line_cut_short_and_names_a_bad_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run killed mid-write leaves a partial last line: resume drops it with a warning. A bad
+    line elsewhere is not guessed at: the error names the file and the line."""
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "train/loss": 1.0 / s}) for s in (1, 2, 3)]
+    path.write_text("".join(f"{line}\n" for line in lines) + '{"step": 4, "train/lo')
+    with caplog.at_level("WARNING", logger="seg.engine.logger"):
+        MetricLogger(tmp_path, tensorboard=False, resume_step=3)
+    assert path.read_text().splitlines() == lines
+    assert "metrics.jsonl: dropping its last line, cut short" in caplog.text
+    path.write_text(f"{lines[0]}\nnot json\n{lines[1]}\n")
+    with pytest.raises(ValueError, match=r"metrics\.jsonl, line 2: not a metrics entry"):
+        MetricLogger(tmp_path, tensorboard=False, resume_step=3)
+    assert path.read_text() == f"{lines[0]}\nnot json\n{lines[1]}\n"  # left as it was
+
+
 def test_wait_clock_counts_only_the_loader() -> None:
     def slow_loader():
         for i in range(3):

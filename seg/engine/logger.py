@@ -97,6 +97,30 @@ class LossMeter:
         raise NonFiniteLossError(msg)
 
 
+def _history_until(path: Path, step: int) -> list[str]:
+    """The lines of ``metrics.jsonl`` up to ``step``. A last line cut short (the run was killed
+    mid-write, or the disk was full) is dropped with a warning; any other unreadable line is
+    an error naming the file and the line."""
+    lines = path.read_text().splitlines()
+    kept = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry_step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError) as err:
+            if number == len(lines):
+                log.warning("%s: dropping its last line, cut short (%r)", path, line[:80])
+                break
+            raise ValueError(
+                f"{path}, line {number}: not a metrics entry ({err}): {line[:80]!r}; "
+                "remove the line or the file to resume"
+            ) from err
+        if entry_step <= step:
+            kept.append(line)
+    return kept
+
+
 class MetricLogger:
     """TensorBoard (``run_dir/tb``) and ``run_dir/metrics.jsonl``; ``run_dir=None`` (ranks other
     than 0) makes every call a no-op. On resume from ``step``, later points of the interrupted
@@ -119,11 +143,7 @@ class MetricLogger:
         if self.path is None:
             return
         if resume_step > 0 and self.path.exists():
-            kept = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] <= resume_step
-            ]
+            kept = _history_until(self.path, resume_step)
             # Atomically: a crash here must not lose the history that is kept.
             write_text(self.path, "".join(f"{line}\n" for line in kept))
         elif self.path.exists():
