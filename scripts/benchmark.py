@@ -33,6 +33,7 @@ from pathlib import Path
 from seg.benchmark.models import PRECISIONS, ModelBenchSettings
 from seg.benchmark.run import SECTIONS, BenchmarkOptions, run_benchmark
 from seg.benchmark.tables import format_report
+from seg.fileio import write_text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = run_benchmark(opts)
     print(format_report(result))
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2))
+        write_text(args.json, json.dumps(result, indent=2))
     return result
 
 

@@ -23,6 +23,7 @@ from seg.data import SOURCE_NAMES, source_names
 from seg.data.check import format_reports, scan_source
 from seg.data.download import SOURCES, resolve_data_root
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
+from seg.fileio import write_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         reports.extend(scan_source(cfg, source, ns.workers) for source in source_names(cfg))
     print(format_reports(reports))
     if ns.json:
-        ns.json.write_text(json.dumps([r.as_dict() for r in reports], indent=2))
+        write_text(ns.json, json.dumps([r.as_dict() for r in reports], indent=2))
     return 1 if any(r.problems for r in reports) else 0
 
 

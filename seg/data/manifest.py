@@ -13,6 +13,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from seg.fileio import write_text
+
 MANIFESTS = Path(__file__).with_name("manifests")
 _CHUNK = 1 << 20
 
@@ -47,7 +49,7 @@ def read_manifest(path: Path) -> dict[str, str]:
 def write_manifest(folder: Path, files: Iterable[str], path: Path) -> int:
     """Write the digests of ``files`` (paths relative to ``folder``) to ``path``; their count."""
     rels = sorted(files)
-    path.write_text("".join(f"{sha256_file(folder / rel)}  {rel}\n" for rel in rels))
+    write_text(path, "".join(f"{sha256_file(folder / rel)}  {rel}\n" for rel in rels))
     return len(rels)
 
 

@@ -29,6 +29,7 @@ import torch
 from seg import distributed as du
 from seg.config import Config, config_to_dict, to_config
 from seg.engine.run_dir import default_run_dir
+from seg.fileio import write_text
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def remember_run_dir(run_dir: Path) -> None:
         return
     pointer = _pointer_file()
     pointer.parent.mkdir(parents=True, exist_ok=True)
-    pointer.write_text(str(run_dir))
+    write_text(pointer, str(run_dir))  # other ranks read it: whole or absent
 
 
 def hydra_overrides(argv: list[str] | None = None) -> list[str]:

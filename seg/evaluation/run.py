@@ -38,7 +38,7 @@ from seg.evaluation.report import (
     worst_rows,
     write_csv,
 )
-from seg.fileio import write_json
+from seg.fileio import write_json, write_text
 from seg.inference.backend import inference_threads, load_for
 from seg.inference.media import write_image
 from seg.inference.refine import build_refiner
@@ -204,7 +204,7 @@ def write_outputs(
     result["timing_s"].update(gallery=round(now - t0, 2), total=round(now - started, 2))
     result = json_safe(result)
     write_json(out_dir / "metrics.json", result)
-    (out_dir / "report.txt").write_text(format_table(result) + "\n")
+    write_text(out_dir / "report.txt", format_table(result) + "\n")
     return result
 
 
