@@ -135,3 +135,39 @@ def test_non_integer_scale_with_same_aspect_is_resized() -> None:
 def test_mismatched_mask_size_is_an_error(image_hw: tuple[int, int]) -> None:
     with pytest.raises(BadSampleError, match=r"mask size 2x2 does not match image size"):
         fit_mask_to_image(np.zeros((2, 2), np.uint8), image_hw, P, 0.01)
+
+
+def test_a_checkpoint_or_image_interrupted_mid_write_leaves_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writers themselves (not only ``atomic_path``): a write that dies after some bytes
+    leaves the previous file byte for byte and no temporary file."""
+    import torch
+
+    from seg.checkpoint import save_checkpoint
+    from seg.inference.media import write_image
+
+    ckpt = tmp_path / "last.pt"
+    save_checkpoint({"step": 1}, ckpt)
+    mask = tmp_path / "x_mask.png"
+    write_image(mask, np.zeros((8, 8), np.uint8))
+    before = {p.name: p.read_bytes() for p in (ckpt, mask)}
+
+    def dies_mid_write(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"PK\x03\x04 half a zip")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", dies_mid_write)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint({"step": 2}, ckpt)
+    real_write_bytes = Path.write_bytes
+
+    def half(self, data):
+        real_write_bytes(self, data[: len(data) // 2])
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", half)
+    with pytest.raises(OSError, match="No space left"):
+        write_image(mask, np.full((8, 8), 255, np.uint8))
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
