@@ -2,7 +2,7 @@
 
     python scripts/check_data.py eg_portrait ccp vikram_human_seg
     python scripts/check_data.py all data.root=../shared/datasets
-    python scripts/check_data.py folder data.root=/my/data \
+    python scripts/check_data.py folder data.root=/my/data \\
         data.folder.mask_pattern="{stem}_mask.png"
     python scripts/check_data.py all --verify   # every file against its SHA-256 manifest
 

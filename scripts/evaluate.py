@@ -1,11 +1,11 @@
 """Score a checkpoint on any configured dataset and split at the images' original resolution.
 
     python scripts/evaluate.py checkpoint=RUN/checkpoints/best.pt data=eg_portrait split=test
-    python scripts/evaluate.py checkpoint=best.pt data=human_mix split=test tta=[flip] \
+    python scripts/evaluate.py checkpoint=best.pt data=human_mix split=test tta=[flip] \\
         scales=[0.75,1.0,1.25]
-    python scripts/evaluate.py checkpoint=best.pt data=folder data.root=/my/data split=all \
+    python scripts/evaluate.py checkpoint=best.pt data=folder data.root=/my/data split=all \\
         "data.folder.mask_pattern='{stem}_mask.png'" data.folder.encoding=instances
-    python scripts/evaluate.py checkpoint=best.pt data=folder data.root=/big split=all \
+    python scripts/evaluate.py checkpoint=best.pt data=folder data.root=/big split=all \\
         eval_size=[1024,768] slide.window=[256,192] slide.stride=[128,96]
 
 Options are Hydra overrides of ``seg.config.EvalConfig`` (configs/evaluate.yaml);

@@ -3,7 +3,7 @@
     python scripts/predict.py checkpoint=runs/x/checkpoints/best.pt input=photo.jpg
     python scripts/predict.py checkpoint=best.pt input=photos/ out=preds outputs=[mask,cutout]
     python scripts/predict.py checkpoint=best.pt input=clip.mp4 outputs=[blur] batch_size=16
-    python scripts/predict.py checkpoint=best.pt input=me.jpg outputs=[replace] \
+    python scripts/predict.py checkpoint=best.pt input=me.jpg outputs=[replace] \\
         background=beach.jpg alpha=soft tta=flip device=cuda:1
 
 Options are Hydra-style key=value overrides of ``seg.config.PredictConfig`` (an
