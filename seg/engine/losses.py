@@ -63,11 +63,14 @@ class SegLoss(nn.Module):
             reduction="none",
             label_smoothing=self.label_smoothing,
         )
-        weight = self.class_weights[safe] * valid
+        # per_pixel is already w[y] * nll (F.cross_entropy's weight): mask it, and divide by
+        # the kept pixels' weights, as F.cross_entropy's weighted mean does.
+        keep = valid
         if self.ohem:
-            weight = weight * self._hard_pixels(logits, safe, valid)
+            keep = keep & self._hard_pixels(logits, safe, valid)
+        keep = keep.float()
         # clamp: a batch with no labelled pixel contributes 0 instead of 0/0.
-        return (per_pixel * weight).sum() / weight.sum().clamp(min=1e-6)
+        return (per_pixel * keep).sum() / (self.class_weights[safe] * keep).sum().clamp(min=1e-6)
 
     @torch.no_grad()
     def _hard_pixels(self, logits: Tensor, target: Tensor, valid: Tensor) -> Tensor:
