@@ -160,6 +160,17 @@ def test_a_config_error_leaves_no_run_folder(data_root: Path, tmp_path: Path) ->
     assert not run.exists()
 
 
+def test_an_empty_validation_split_is_an_error_before_training(
+    data_root: Path, tmp_path: Path
+) -> None:
+    """Without validation samples every validation is NaN and best.pt is never written: the
+    run refuses to start, naming the setting, and leaves no folder."""
+    run = tmp_path / "runs" / "x"
+    with pytest.raises(ValueError, match=r"trainer\.val_split='test' has no samples"):
+        _train(data_root, run, "trainer.max_steps=1", "trainer.val_split=test")
+    assert not run.exists()
+
+
 def test_a_run_folder_names_its_best_checkpoint(data_root: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     _train(data_root, run, "trainer.max_steps=1")

@@ -280,6 +280,29 @@ def test_class_weights_weigh_each_pixel_once_as_torchs_cross_entropy(smoothing: 
     assert abs(got.item() - unweighted.item()) > 1e-3  # the weights do something
 
 
+def test_resume_changes_reset_the_best_and_regroup_at_the_next_epoch(caplog) -> None:
+    """A resumed run with another best_metric chooses best.pt afresh; another batch size or
+    accumulation in the middle of an epoch continues at the next epoch; same settings: as saved."""
+    from types import SimpleNamespace
+
+    from seg.engine.state import TrainState, resume_changes
+
+    saved = {"best_metric": "iou_person", "batch_size": 8, "accumulate": 1}
+    same = SimpleNamespace(**saved)
+    state = TrainState(epoch=3, step=40, batch_in_epoch=5, best=0.9)
+    resume_changes(state, saved, same)
+    assert (state.epoch, state.batch_in_epoch, state.best) == (3, 5, 0.9)
+    with caplog.at_level("WARNING", logger="seg.engine.state"):
+        resume_changes(state, saved, SimpleNamespace(**{**saved, "best_metric": "miou"}))
+        assert state.best is None and (state.epoch, state.batch_in_epoch) == (3, 5)
+        resume_changes(state, saved, SimpleNamespace(**{**saved, "batch_size": 4}))
+    assert (state.epoch, state.batch_in_epoch, state.step) == (4, 0, 40)
+    assert "trainer.batch_size: 8 -> 4 in the middle of epoch 3" in caplog.text
+    state = TrainState(epoch=3, batch_in_epoch=0)
+    resume_changes(state, saved, SimpleNamespace(**{**saved, "accumulate": 2}))
+    assert (state.epoch, state.batch_in_epoch) == (3, 0)  # at an epoch's start: nothing to do
+
+
 def test_ohem_keeps_the_hardest_pixels() -> None:
     target = torch.zeros(1, 4, 4, dtype=torch.long)
     logits = torch.zeros(1, 2, 4, 4)

@@ -145,6 +145,13 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
+    if not sum(len(v) for v in val_sets.values()):
+        # Every validation would be NaN and best.pt never written: say so now.
+        raise ValueError(
+            f"trainer.val_split={t.val_split!r} has no samples in {list(val_sets)}: pick a split "
+            "the data has, or give it one (data.val_fraction > 0 for sources without an "
+            "official validation split)"
+        )
     # A resumed run draws fresh augmentation streams in its workers (see docs/training.md).
     start = 0 if ckpt is None else ckpt["step"]
     streams = cfg.seed if start == 0 else cfg.seed + 1_000_003 * start

@@ -59,6 +59,35 @@ class TrainState:
         return state
 
 
+def resume_changes(state: TrainState, saved: dict[str, Any], trainer: Any) -> None:
+    """Adjust a resumed ``state`` to trainer settings changed since the checkpoint (``saved``:
+    its ``trainer`` config): another ``best_metric`` starts the best value afresh (a value of
+    the old metric is no bar for the new one); another ``batch_size`` or ``accumulate`` in
+    the middle of an epoch continues at the next epoch (the position counts batches of the
+    old size)."""
+    if saved.get("best_metric", trainer.best_metric) != trainer.best_metric:
+        log.warning(
+            "trainer.best_metric was %s, now %s: best.pt is chosen afresh from the next "
+            "validation on",
+            saved["best_metric"],
+            trainer.best_metric,
+        )
+        state.best = None
+    regrouped = [
+        f"trainer.{k}: {saved[k]} -> {getattr(trainer, k)}"
+        for k in ("batch_size", "accumulate")
+        if k in saved and saved[k] != getattr(trainer, k)
+    ]
+    if regrouped and state.batch_in_epoch:
+        log.warning(
+            "%s in the middle of epoch %d: continuing at epoch %d",
+            ", ".join(regrouped),
+            state.epoch,
+            state.epoch + 1,
+        )
+        state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+
+
 FAULT_ENV = "SEG_TEST_FAULT"  # "STEP:RANK:exit|exception", crash-recovery tests only
 
 

@@ -45,7 +45,7 @@ from seg.engine.run_dir import (
     remove_if_unused,
     write_run_files,
 )
-from seg.engine.state import Fault, TrainState
+from seg.engine.state import Fault, TrainState, resume_changes
 from seg.evaluation.report import format_training_report, meets_target
 from seg.fileio import write_json
 from seg.models import num_columns
@@ -121,6 +121,8 @@ def _run(
         check_resume_config(ckpt, cfg, ckpt_path)
     p = setup(cfg, devices, ckpt)
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
+    if ckpt is not None:
+        resume_changes(state, ckpt["config"].get("trainer", {}), t)
     writer = MetricLogger(
         run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
     )
