@@ -91,6 +91,30 @@ def test_rgb_mask_with_equal_channels_is_accepted_and_coloured_one_rejected(tmp_
         read_mask_array(tmp_path / "colour.png")
 
 
+def test_palette_png_gives_its_indices_and_an_rgba_matte_its_alpha(tmp_path: Path) -> None:
+    """VOC-style label masks are palette PNGs (OpenCV expands them to colours); cut-out PNGs
+    and mattes hold the mask in alpha under a uniform or varying colour."""
+    from PIL import Image
+
+    indices = np.array([[0, 1, 255], [1, 0, 15]], np.uint8)
+    palette = Image.fromarray(indices, mode="P")
+    palette.putpalette([v for i in range(256) for v in ((i * 37) % 256, (i * 91) % 256, i)])
+    palette.save(tmp_path / "voc.png")
+    assert read_mask_array(tmp_path / "voc.png").tolist() == indices.tolist()
+    matte = np.zeros((2, 3, 4), np.uint8)
+    matte[..., :3] = (20, 200, 90)  # a uniform colour
+    matte[..., 3] = [[0, 128, 255], [255, 10, 0]]
+    cv2.imwrite(str(tmp_path / "matte.png"), matte)
+    assert read_mask_array(tmp_path / "matte.png").tolist() == matte[..., 3].tolist()
+    cutout = matte.copy()
+    cutout[0, 0, :3] = (1, 2, 3)  # a photo's colours under the alpha
+    cv2.imwrite(str(tmp_path / "cutout.png"), cutout)
+    assert read_mask_array(tmp_path / "cutout.png").tolist() == matte[..., 3].tolist()
+    opaque = np.dstack([np.array([[0, 255]], np.uint8)] * 3 + [np.full((1, 2), 255, np.uint8)])
+    cv2.imwrite(str(tmp_path / "opaque.png"), opaque)
+    assert read_mask_array(tmp_path / "opaque.png").tolist() == [[0, 255]]  # colour, not alpha
+
+
 @pytest.mark.parametrize(
     ("encoding", "raw", "expected"),
     [

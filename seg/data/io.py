@@ -65,6 +65,28 @@ def _check_pixels(data: np.ndarray, path: Path, max_pixels: int) -> None:
         )
 
 
+def _one_channel(array: np.ndarray, data: np.ndarray, path: Path) -> np.ndarray:
+    """The label channel of a mask image that OpenCV decoded to colour: a palette PNG's indices
+    (VOC-style label masks; OpenCV expands the palette to colours), an RGBA mask's alpha where
+    it varies (a matte, or a cut-out PNG), else the colour channels where they agree."""
+    if bytes(data[:8]) == b"\x89PNG\r\n\x1a\n":
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data.tobytes())) as image:
+            if image.mode == "P":
+                return np.asarray(image)
+    if array.shape[2] == 4 and (array[..., 3] != array[0, 0, 3]).any():
+        return array[..., 3]
+    colour = array[..., :3]
+    if not (colour == colour[..., :1]).all():
+        raise BadSampleError(
+            path,
+            f"mask has {array.shape[2]} channels that differ; expected a 1-channel mask (or a "
+            "palette PNG, or an RGBA matte whose alpha holds the mask)",
+        )
+    return colour[..., 0]
+
+
 def read_mask_array(path: Path, mat_key: str | None = None) -> np.ndarray:
     """Read a raw 2-D mask array from an image file (PNG, BMP, ...) or a MATLAB ``.mat`` file."""
     if path.suffix.lower() == ".mat":
@@ -89,14 +111,7 @@ def read_mask_array(path: Path, mat_key: str | None = None) -> np.ndarray:
         if array is None:
             raise BadSampleError(path, "corrupt or unreadable mask image")
         if array.ndim == 3:
-            # A mask saved as RGB(A): usable only if its colour channels agree.
-            colour = array[..., :3]
-            if not (colour == colour[..., :1]).all():
-                raise BadSampleError(
-                    path,
-                    f"mask has {array.shape[2]} channels that differ; expected a 1-channel mask",
-                )
-            array = colour[..., 0]
+            array = _one_channel(array, data, path)
     if array.ndim != 2:
         raise BadSampleError(path, f"mask must be 2-D, got shape {array.shape}")
     return array
