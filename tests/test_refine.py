@@ -110,6 +110,29 @@ def test_evaluation_and_prediction_refine_alike(vikram_pairs: Path):
     assert np.array_equal(prediction.mask, prediction.prob > 0.5)
 
 
+def test_multi_scale_refinement_does_not_depend_on_the_order_of_the_scales(
+    vikram_pairs: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The radius is set by the unscaled eval size, not by whichever scale is listed first."""
+    photo = read_image(vikram_pairs / "Training_Images" / "1.jpg")
+    cfg = compose_config(["aug.eval_size=[96,80]"])
+    refiner = GuidedRefiner(radius=2, eps=1e-3)
+    sizes = []
+    real = GuidedRefiner.bands
+
+    def spy(self, image, person, eval_size):
+        sizes.append(tuple(eval_size))
+        return real(self, image, person, eval_size)
+
+    monkeypatch.setattr(GuidedRefiner, "bands", spy)
+    probs = [
+        build_probability_predictor(StepModel(), cfg, "cpu", scales=s, refine=refiner)([photo])[0]
+        for s in ([0.75, 1.0, 1.25], [1.25, 1.0, 0.75])
+    ]
+    assert sizes == [(96, 80), (96, 80)]
+    torch.testing.assert_close(probs[0], probs[1])
+
+
 @pytest.mark.parametrize("override", ["refine.radius=0", "refine.eps=-1"])
 def test_bad_refine_options_name_the_key(override):
     key = override.split("=")[0]

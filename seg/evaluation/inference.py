@@ -67,6 +67,8 @@ class ProbabilityPredictor:
 
     ``predictors``: one :class:`Predictor` per scale (same model, each its own eval size and
     flip setting). ``window`` / ``stride`` (H, W): sliding windows over each model input.
+    ``eval_size``: the unscaled eval size (default: the first predictor's), which sets
+    ``refine``'s radius whatever the order of the scales.
     """
 
     def __init__(
@@ -75,10 +77,12 @@ class ProbabilityPredictor:
         window: Sequence[int] | None = None,
         stride: Sequence[int] | None = None,
         refine: GuidedRefiner | None = None,
+        eval_size: Sequence[int] | None = None,
     ) -> None:
         if not predictors:
             raise ValueError("at least one scale is needed")
         self.predictors = list(predictors)
+        self.eval_size = tuple(eval_size) if eval_size else self.predictors[0].eval_size
         self.refine = refine
         self.window = tuple(window) if window else None
         if self.window and not stride:  # default: a third of each window overlaps the next
@@ -137,7 +141,7 @@ class ProbabilityPredictor:
         def person(lo: int, hi: int) -> Tensor:
             return self._band_probabilities(restorers, lo, hi)[PERSON]
 
-        return self.refine.bands(image, person, self.predictors[0].eval_size)
+        return self.refine.bands(image, person, self.eval_size)
 
     @torch.inference_mode()
     def labels(self, images: Sequence[np.ndarray], max_values: int = BAND_VALUES) -> list[Tensor]:
@@ -185,4 +189,4 @@ def build_probability_predictor(
         size = scaled_size(base.eval_size, scale)
         aug = dataclasses.replace(cfg.aug, eval_size=list(size))
         predictors.append(Predictor(base.model, build_eval_transform(aug), size, tta=flip))
-    return ProbabilityPredictor(predictors, window, stride, refine)
+    return ProbabilityPredictor(predictors, window, stride, refine, base.eval_size)
