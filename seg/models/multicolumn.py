@@ -208,7 +208,18 @@ def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mo
                 f"{where}: input_scale {spec.input_scale} is not one of {VALID_INPUT_SCALES}"
             )
         if spec.backbone:  # its widths are the backbone's (see _with_backbone_widths)
+            if not 0 <= spec.frozen_stages <= len(spec.widths):
+                raise ValueError(
+                    f"{where}: frozen_stages={spec.frozen_stages}; valid: 0..{len(spec.widths)} "
+                    f"(the stages of {spec.backbone})"
+                )
             continue
+        if spec.frozen_stages or spec.fp32:
+            raise ValueError(
+                f"{where}: frozen_stages={spec.frozen_stages} and fp32={spec.fp32} apply to a "
+                "pretrained backbone column only (backbone=...); a from-scratch column takes 0 "
+                "and false"
+            )
         if len(spec.widths) != len(spec.blocks) or len(spec.widths) < 2:
             raise ValueError(
                 f"{where}: widths {list(spec.widths)} and blocks {list(spec.blocks)} need the "
