@@ -116,7 +116,17 @@ def resolve_devices(
             f"{key} has {len(names)} entries {names} but the model has {n_columns} "
             "column(s): give one device for all, one per column, or auto"
         )
-    return [_parse_device(n, device_count, local_rank, key) for n in names]
+    devices = [_parse_device(n, device_count, local_rank, key) for n in names]
+    explicit = {torch.device(n).index for n in names if torch.device(n).type == "cuda"} - {None}
+    if explicit and local_world_size > 1 and device_count >= local_world_size * len(explicit):
+        # Every replica of this node sees all its GPUs (no per-task binding) and would take the
+        # same ones: NCCL stops at its first collective with "Duplicate GPU detected".
+        raise ValueError(
+            f"{key}={names}: with {local_world_size} replicas on this node, GPU indices put "
+            "every replica on the same GPUs; use auto (replica r takes GPUs r*k..r*k+k-1 for "
+            "a k-column model) or a bare 'cuda' (this replica's GPU)"
+        )
+    return devices
 
 
 def warn_if_emulated_bf16(device: torch.device, setting: str, instead: str) -> None:

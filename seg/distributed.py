@@ -68,7 +68,10 @@ def export_slurm_environment() -> None:
 
     if JobEnvironment().num_tasks <= 1:
         return
-    env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    # overwrite: a MASTER_ADDR/MASTER_PORT set by a cluster's prolog (or by hand against
+    # submitit's port collisions) would otherwise stop every task; submitit has read a
+    # user's MASTER_PORT already.
+    env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     log.info(
         "submitit task %d of %d, master %s:%d",
         env.rank,

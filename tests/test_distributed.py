@@ -180,6 +180,15 @@ def test_slurm_tasks_become_torch_ranks(monkeypatch) -> None:
     assert got == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     assert os.environ["MASTER_ADDR"] == "gpu07"
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # a replica may own several GPUs
+    # A MASTER_PORT of the user's (submitit draws ports from the job id: two jobs on a node
+    # may collide) or a MASTER_ADDR of a cluster prolog: kept / replaced, never a crash.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("MASTER_PORT", "29533")
+    monkeypatch.setenv("MASTER_ADDR", "prolog-host")
+    du.export_slurm_environment()
+    assert os.environ["MASTER_PORT"] == "29533" and os.environ["MASTER_ADDR"] == "gpu07"
+    assert os.environ["RANK"] == "3"
 
 
 def test_slurm_launcher_config_composes() -> None:
@@ -189,6 +198,7 @@ def test_slurm_launcher_config_composes() -> None:
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.tasks_per_node == launcher.gpus_per_node and launcher.max_num_timeout > 0
+    assert "export SLURM_KILL_BAD_EXIT=1" in launcher.setup  # one failed task ends the step
 
 
 @pytest.mark.slow

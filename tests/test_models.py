@@ -314,6 +314,24 @@ def test_unavailable_cuda_device_message():
         resolve_devices(["cuda:0"], 1, device_count=0)
 
 
+def test_gpu_indices_with_several_replicas_per_node():
+    """Replicas that each see all of the node's GPUs would take the same ones with explicit
+    indices (NCCL: "Duplicate GPU detected"); with per-task binding each sees only its own."""
+    with pytest.raises(ValueError, match=r"column_devices=.*4 replicas on this node.*use auto"):
+        resolve_devices(
+            ["cuda:0", "cuda:1"],
+            2,
+            key="column_devices",
+            device_count=8,
+            local_rank=1,
+            local_world_size=4,
+        )
+    bound = resolve_devices(["cuda:0", "cuda:1"], 2, device_count=2, local_world_size=4)
+    assert bound == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    own = resolve_devices("cuda", 2, device_count=8, local_rank=3, local_world_size=4)
+    assert own == [torch.device("cuda", 3)] * 2  # a bare cuda: this replica's GPU
+
+
 def test_auto_devices():
     assert resolve_devices(["auto"], 2, device_count=0) == [CPU, CPU]
     assert resolve_devices(["auto"], 2, device_count=1) == [torch.device("cuda", 0)] * 2

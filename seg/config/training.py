@@ -57,7 +57,8 @@ class TrainerConfig:
     # Where each replica's model columns run: auto (one visible GPU per column when there are
     # enough for every replica on this node, else the replica's GPU, else the CPU), one device
     # for all columns ([cuda:1], [cpu]), or one per column ([cuda:0,cuda:1]): the case study's
-    # layout, each GPU carrying one column (docs/training.md, "Many devices").
+    # layout, each GPU carrying one column (docs/training.md, "Many devices"); GPU indices
+    # with several replicas per node are refused (they would share GPUs): auto splits them.
     column_devices: list[str] = field(default_factory=lambda: ["auto"])
     sync_bn: bool = True  # SyncBatchNorm when there is more than one replica (CUDA only)
     deterministic: bool = False  # torch.use_deterministic_algorithms, no cuDNN autotuning
