@@ -216,7 +216,7 @@ def test_per_image_csv_and_its_tables(tmp_path: Path) -> None:
     assert summary.loc["b", "iou"] == pytest.approx(20 / 122)
     assert summary.loc["all", "pixel_acc"] == pytest.approx(468 / 600)
     assert summary.loc["a", "mean_iou"] == pytest.approx((0.8 + 1 / 3) / 2)
-    assert summary.loc["b", "bf_5"] == pytest.approx(0.2)  # NaN left out of the mean
+    assert summary.loc["b", "mean_bf_5"] == pytest.approx(0.2)  # NaN left out of the mean
     assert summary.loc["b", "below_target"] == 0.5
     assert list(summary["pass"]) == [True, False, False]
     assert list(summary["images"]) == [2, 2, 4]

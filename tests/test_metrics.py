@@ -129,7 +129,11 @@ def test_empty_matrix_is_all_nan() -> None:
     assert all(math.isnan(v) for v in m.values())
 
 
-def test_confusion_matches_brute_force() -> None:
+@pytest.mark.parametrize("chunk", [1 << 22, 7])  # one chunk; many, ignore pixels straddling
+def test_confusion_matches_brute_force(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import seg.metrics.confusion as confusion_module
+
+    monkeypatch.setattr(confusion_module, "CHUNK", chunk)
     rng = np.random.default_rng(0)
     c = 4
     target = rng.integers(0, c, size=(3, 7, 9))

@@ -130,6 +130,8 @@ class GuidedRefiner:
         r = self.pixels((height, width), eval_size)
         for start, stop, lo, hi in halo_bands(width, max(1, max_values // height), 2 * r):
             p = person(lo, hi)
+            if p.device.type == "mps":
+                p = p.cpu()  # the box sums need float64, which Apple's GPUs do not have
             guide = image_guide(image[:, lo:hi], self.color, p.device)
             q = guided_filter(guide, p.float(), r, self.eps).clamp_(0, 1)
             yield start, stop, q[:, start - lo : stop - lo]

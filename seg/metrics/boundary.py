@@ -12,8 +12,11 @@ in the truth and cost the prediction nothing.
   pixel with a 4-neighbour that is labelled and outside the mask (as MATLAB's ``bwperim``); the
   image frame is not a boundary (as DAVIS's ``seg2bmap``). A predicted boundary pixel is matched
   when a true one lies within Euclidean distance ``tolerance_px`` (0: the same pixel), and vice
-  versa. Empty cases follow DAVIS: no boundary in either -> P = R = 1; none predicted -> P = 1,
-  R = 0; none true -> P = 0, R = 1; F = 0 when P + R = 0.
+  versa. The tolerance is a fixed number of pixels at each image's own resolution, not a
+  fraction of its diagonal as in MATLAB's ``bfscore`` (0.75%) or DAVIS (0.8%): BF@2 on an
+  800x600 photo is about a quarter of DAVIS's tolerance, so BF figures compare between sets
+  of similar resolution only. Empty cases follow DAVIS: no boundary in either -> P = R = 1;
+  none predicted -> P = 1, R = 0; none true -> P = 0, R = 1; F = 0 when P + R = 0.
 * Boundary IoU (Cheng et al. 2021): the boundary region of a mask is its pixels within
   chessboard distance d of the outside (``mask - erode(mask, 3x3, d times)``), the image frame
   counting as outside as in the reference code; Boundary IoU = |G_d & P_d| / |G_d | P_d|, NaN when
