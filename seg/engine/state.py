@@ -47,16 +47,21 @@ class TrainState:
             **{k: ckpt[k] for k in STATE_KEYS}, **{k: ckpt.get(k, v) for k, v in LATER_KEYS.items()}
         )
         saved_world = len(ckpt["rng"])  # one entry per replica
-        if state.batch_in_epoch and saved_world != world_size:
-            # A position inside an epoch means nothing with another number of replicas.
-            log.warning(
-                "the checkpoint has %d replica(s), this run %d: continuing at epoch %d",
-                saved_world,
-                world_size,
-                state.epoch + 1,
-            )
-            state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+        if saved_world != world_size:
+            state.next_epoch_if_regrouped([f"replicas: {saved_world} -> {world_size}"])
         return state
+
+    def next_epoch_if_regrouped(self, changes: list[str]) -> None:
+        """A position inside an epoch counts batches of the checkpoint's grouping (replicas,
+        batch size, accumulation): with ``changes`` to it, continue at the next epoch."""
+        if changes and self.batch_in_epoch:
+            log.warning(
+                "%s in the middle of epoch %d: continuing at epoch %d",
+                ", ".join(changes),
+                self.epoch,
+                self.epoch + 1,
+            )
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
 
 def resume_changes(state: TrainState, saved: dict[str, Any], trainer: Any) -> None:
@@ -73,19 +78,13 @@ def resume_changes(state: TrainState, saved: dict[str, Any], trainer: Any) -> No
             trainer.best_metric,
         )
         state.best = None
-    regrouped = [
-        f"trainer.{k}: {saved[k]} -> {getattr(trainer, k)}"
-        for k in ("batch_size", "accumulate")
-        if k in saved and saved[k] != getattr(trainer, k)
-    ]
-    if regrouped and state.batch_in_epoch:
-        log.warning(
-            "%s in the middle of epoch %d: continuing at epoch %d",
-            ", ".join(regrouped),
-            state.epoch,
-            state.epoch + 1,
-        )
-        state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+    state.next_epoch_if_regrouped(
+        [
+            f"trainer.{k}: {saved[k]} -> {getattr(trainer, k)}"
+            for k in ("batch_size", "accumulate")
+            if k in saved and saved[k] != getattr(trainer, k)
+        ]
+    )
 
 
 FAULT_ENV = "SEG_TEST_FAULT"  # "STEP:RANK:exit|exception", crash-recovery tests only
