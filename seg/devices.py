@@ -117,7 +117,7 @@ def resolve_devices(
             "column(s): give one device for all, one per column, or auto"
         )
     devices = [_parse_device(n, device_count, local_rank, key) for n in names]
-    explicit = {torch.device(n).index for n in names if torch.device(n).type == "cuda"} - {None}
+    explicit = {d.index for n, d in zip(names, devices, strict=True) if n.startswith("cuda:")}
     if explicit and local_world_size > 1 and device_count >= local_world_size * len(explicit):
         # Every replica of this node sees all its GPUs (no per-task binding) and would take the
         # same ones: NCCL stops at its first collective with "Duplicate GPU detected".

@@ -37,7 +37,10 @@ BAND_PIXELS = 1 << 20
 
 def box_mean(x: Tensor, radius: int) -> Tensor:
     """Mean of (C, H, W) over (2r+1)^2 windows, the windows clipped at the borders (each
-    pixel divides by the count of its own window), via cumulative sums in float64."""
+    pixel divides by the count of its own window), via cumulative sums in float64 (on the CPU
+    for Apple's GPUs, which have no float64)."""
+    if x.device.type == "mps":
+        return box_mean(x.cpu(), radius).to(x.device)
     h, w = x.shape[-2:]
     k = 2 * radius + 1
     padded = F.pad(x.double(), (radius + 1, radius, radius + 1, radius))
@@ -130,8 +133,6 @@ class GuidedRefiner:
         r = self.pixels((height, width), eval_size)
         for start, stop, lo, hi in halo_bands(width, max(1, max_values // height), 2 * r):
             p = person(lo, hi)
-            if p.device.type == "mps":
-                p = p.cpu()  # the box sums need float64, which Apple's GPUs do not have
             guide = image_guide(image[:, lo:hi], self.color, p.device)
             q = guided_filter(guide, p.float(), r, self.eps).clamp_(0, 1)
             yield start, stop, q[:, start - lo : stop - lo]
