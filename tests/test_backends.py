@@ -173,6 +173,39 @@ def test_the_shared_cache_keeps_other_runs_exports(checkpoint, tmp_path, monkeyp
     assert path.is_file() and other_run.is_file()
 
 
+def test_remove_stale_sweeps_only_older_versions_of_this_checkpoint(tmp_path):
+    """Beside the checkpoint: files of older keys go; the current key's other files (another
+    calibration set), other checkpoints' files and other kinds stay. In another folder (the
+    shared cache) nothing goes."""
+    checkpoint = tmp_path / "best.pt"
+    names = [
+        "best.1111111111111111.onnx",  # older fp32 export: removed
+        "best.1111111111111111.int8.aaaaaaaa.onnx",  # older int8: removed by the int8 sweep
+        "best.2222222222222222.int8.bbbbbbbb.onnx",  # current key, another calibration: kept
+        "last.1111111111111111.onnx",  # another checkpoint: kept
+        "best.pt",
+    ]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    fp32 = tmp_path / "best.2222222222222222.onnx"
+    fp32.write_bytes(b"x")
+    onnx_mod.remove_stale(fp32, checkpoint, r"\.onnx")
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == set(names[1:]) | {fp32.name}
+    int8 = tmp_path / "best.2222222222222222.int8.cccccccc.onnx"
+    int8.write_bytes(b"x")
+    onnx_mod.remove_stale(int8, checkpoint, r"\.int8\.[0-9a-f]{8}\.onnx")
+    assert {p.name for p in tmp_path.iterdir()} == left - {names[1]} | {int8.name}
+    with pytest.raises(ValueError, match="not named"):
+        onnx_mod.remove_stale(tmp_path / "best.onnx", checkpoint, r"\.onnx")
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "best.1111111111111111.onnx").write_bytes(b"another run's export")
+    onnx_mod.remove_stale(cache / "best.2222222222222222.onnx", checkpoint, r"\.onnx")
+    assert (cache / "best.1111111111111111.onnx").is_file()
+
+
 def test_prediction_through_onnxruntime_matches_torch(checkpoint, photos, tmp_path):
     """Every image and video frame: the masks of both backends agree on >= 99.9% of pixels
     (fp32 both; they differ only where the logits tie within rounding), with flip TTA and

@@ -305,13 +305,25 @@ def _export_checked(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    if path.parent != checkpoint.parent:
-        return path  # the shared cache holds every run's `best.pt`: keep the others' exports
-    stale = re.compile(rf"{re.escape(checkpoint.stem)}\.[0-9a-f]{{16}}\.onnx")
-    for old in path.parent.iterdir():
-        if old != path and stale.fullmatch(old.name):
-            old.unlink(missing_ok=True)  # an export of an older version of this checkpoint
+    remove_stale(path, checkpoint, r"\.onnx")
     return path
+
+
+def remove_stale(path: Path, checkpoint: Path, suffix: str) -> None:
+    """Remove the files beside ``checkpoint`` made from older versions of it: names
+    ``<checkpoint stem>.<16 hex key><suffix>`` (``suffix`` a regular expression) whose key is
+    not ``path``'s (just written, named the same way). Nothing is removed where ``path`` is not
+    beside the checkpoint: the shared cache holds every run's ``best.pt``."""
+    if path.parent != checkpoint.parent:
+        return
+    files = re.compile(rf"{re.escape(checkpoint.stem)}\.([0-9a-f]{{16}}){suffix}")
+    current = files.fullmatch(path.name)
+    if current is None:
+        raise ValueError(f"{path.name} is not named <{checkpoint.stem}>.<key>{suffix}")
+    for old in path.parent.iterdir():
+        match = files.fullmatch(old.name)
+        if match and match.group(1) != current.group(1):
+            old.unlink(missing_ok=True)
 
 
 class OnnxRuntimeModel:

@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from seg.inference.onnx import (
     compare_with_onnx,
     image_batches,
     onnx_session,
+    remove_stale,
 )
 
 log = logging.getLogger(__name__)
@@ -166,15 +166,7 @@ def cached_int8(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    if path.parent != checkpoint.parent:
-        return path  # the shared cache holds every run's `best.pt`: keep the others' models
-    key = fp32.stem.rsplit(".", 1)[-1]
-    name = re.escape(checkpoint.stem)
-    stale = re.compile(rf"{name}\.([0-9a-f]{{16}})\.int8\.[0-9a-f]{{8}}\.onnx")
-    for old in path.parent.iterdir():
-        match = stale.fullmatch(old.name)
-        if match and match.group(1) != key:
-            old.unlink(missing_ok=True)  # quantised from an older version of this checkpoint
+    remove_stale(path, checkpoint, r"\.int8\.[0-9a-f]{8}\.onnx")  # other calibrations stay
     return path
 
 
