@@ -22,7 +22,7 @@ from seg.benchmark.models import (
     split_model_spec,
 )
 from seg.benchmark.run import BenchmarkOptions, run_benchmark
-from seg.benchmark.scaling import measure_scaling
+from seg.benchmark.scaling import first_gpu, gpus_from, measure_scaling
 from seg.benchmark.tables import format_report
 from seg.benchmark.timing import time_calls
 from seg.config import compose_config
@@ -198,6 +198,17 @@ def test_script_writes_json(tmp_path: Path) -> None:
 def test_every_model_config_is_benchmarked_by_default() -> None:
     names = model_config_names()
     assert {"dual_channel", "single_column", "unet", "fcn_resnet50"} <= set(names)
+
+
+def test_scaling_gpus_start_at_the_devices_index() -> None:
+    """``--device cuda:K`` sweeps GPUs K.. (it was ignored: every sweep started at cuda:0)."""
+    assert first_gpu("cpu") is None
+    assert first_gpu("cuda") == 0 and first_gpu("cuda:3") == 3
+    assert gpus_from("cuda", 8) == 8 and gpus_from("cuda:3", 8) == 5
+    with pytest.raises(ValueError, match=r"--device cuda:2: only 2 GPU\(s\) visible"):
+        gpus_from("cuda:2", 2)
+    with pytest.raises(ValueError, match="cpu or cuda"):
+        first_gpu("mps")
 
 
 @pytest.mark.slow
