@@ -313,6 +313,49 @@ def test_boundary_iou_frame_empty_and_ignore() -> None:
     assert boundary_iou_counts(pred, target, dilation_px=1) == (14, 14)
 
 
+def _brute_band(mask: np.ndarray, valid: np.ndarray, d: int) -> set[tuple[int, int]]:
+    """Cheng et al.'s band by its definition: labelled mask pixels with, within chessboard
+    distance d, a point off the image or a labelled non-mask pixel (ignore pixels are neither)."""
+    h, w = mask.shape
+    band = set()
+    for r in range(h):
+        for c in range(w):
+            if not (mask[r, c] and valid[r, c]):
+                continue
+            for y in range(r - d, r + d + 1):
+                for x in range(c - d, c + d + 1):
+                    off = not (0 <= y < h and 0 <= x < w)
+                    if off or (valid[y, x] and not mask[y, x]):
+                        band.add((r, c))
+    return band
+
+
+def test_boundary_iou_matches_brute_force_on_random_masks() -> None:
+    """Speckle and blobs, with and without ignore pixels, d = 1..4: the counts equal the
+    definition's, pixel by pixel."""
+    rng = np.random.default_rng(2)
+    cases = []
+    for _ in range(3):
+        truth = (rng.random((13, 17)) < 0.5).astype(np.uint8)
+        pred = (rng.random((13, 17)) < 0.5).astype(np.uint8)
+        cases.append((pred, truth))
+    for _ in range(3):
+        truth, pred = (_blobs(rng, 2, 18, 21)[0].clamp(max=1).numpy() for _ in range(2))
+        cases.append((pred, truth))
+    for pred, truth in cases:
+        for with_ignore in (False, True):
+            target = truth.astype(np.int64)
+            if with_ignore:
+                target[rng.random(truth.shape) < 0.15] = 255
+            valid = target != 255
+            for d in (1, 2, 3, 4):
+                bp = _brute_band(pred.astype(bool), valid, d)
+                bt = _brute_band(target == 1, valid, d)
+                expected = (len(bp & bt), len(bp | bt))
+                got = boundary_iou_counts(pred, target, dilation_px=d)
+                assert got == expected, (d, with_ignore)
+
+
 # ---------------------------------------------------------------- per image and accumulator
 
 
