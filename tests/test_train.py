@@ -4,6 +4,7 @@ mixed precision, the NaN guard and checkpoints."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from seg.data.transforms import build_eval_transform
 from seg.devices import native_bf16
 from seg.distributed import shard
 from seg.engine.data import ResumableSampler
+from seg.engine.evaluate import selection_key, validation_metrics
 from seg.engine.logger import NonFiniteLossError
 from seg.engine.losses import SegLoss, build_loss
 from seg.engine.optim import (
@@ -34,6 +36,7 @@ from seg.engine.optim import (
 )
 from seg.engine.train import train
 from seg.evaluation.report import format_training_report
+from seg.metrics import SegMetrics
 from seg.models import build_model, num_columns
 
 CONFIGS = REPO / "configs"
@@ -93,6 +96,54 @@ def test_two_steps_on_real_files(data_root: Path, tmp_path: Path) -> None:
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged if "train/loss" in r] == [1, 2]
     assert all(math.isfinite(r["train/loss"]) for r in logged if "train/loss" in r)
+
+
+def test_a_held_out_source_never_chooses_the_best_checkpoint() -> None:
+    """With a source held out of training, selection reads the summed counts of the training
+    sources only: here the held-out source is perfect and the trained one poor, and the
+    selection metric is the trained one's."""
+    pred = torch.tensor([[[1, 1], [0, 0]]])
+    good, poor = SegMetrics.confusion_only(2), SegMetrics.confusion_only(2)
+    good.update(pred, pred)  # IoU 1
+    poor.update(pred, torch.tensor([[[1, 0], [1, 0]]]))  # person IoU 1/3
+    totals = {"ccp": poor, "vikram_human_seg": good}
+    out = validation_metrics(totals, ["ccp"])
+    assert out["val/train_sources/iou_person"] == pytest.approx(1 / 3)
+    assert out["val/iou_person"] == pytest.approx(3 / 5)  # (1 + 2) / (3 + 2)
+    assert out["confusion/train_sources"] == poor.confusion.tolist()
+    assert selection_key("iou_person", list(totals), ["ccp"]) == "val/train_sources/iou_person"
+    for every in (None, ["ccp", "vikram_human_seg"], ["vikram_human_seg", "ccp", "eg_portrait"]):
+        assert selection_key("miou", list(totals), every) == "val/miou"
+        assert "val/train_sources/iou_person" not in validation_metrics(totals, every)
+
+
+def test_leave_one_out_run_chooses_on_its_training_sources(
+    data_env: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real run on human_mix with ccp held out: validation reports both sources, the
+    training-sources row, and best.pt follows the trained source's figure (pixel accuracy: after
+    one step person IoU is 0 everywhere)."""
+    run = tmp_path / "run"
+    overrides = [
+        "+exp=single_column",
+        "debug=default",
+        "trainer.max_steps=1",
+        "trainer.column_devices=[cpu]",
+        "logging.tensorboard=false",
+        "logging.progress_bar=false",
+        "data.sources=[ccp,vikram_human_seg]",
+        "data.train_sources=[vikram_human_seg]",
+        "trainer.best_metric=pixel_acc",
+        f"trainer.run_dir={run}",
+    ]
+    with caplog.at_level(logging.INFO, logger="seg"):
+        result = train(compose_config(overrides))
+    assert result["best_key"] == "val/train_sources/pixel_acc"
+    assert result["best"] == result["val/vikram_human_seg/pixel_acc"]
+    assert result["val/train_sources/pixel_acc"] == result["val/vikram_human_seg/pixel_acc"]
+    assert result["val/pixel_acc"] != result["best"]  # ccp's pixels count in the overall
+    assert "best.pt follows val/train_sources/pixel_acc" in caplog.text
+    assert "training sources" in caplog.text  # the final report's row
 
 
 def test_bf16_autocast_step_on_cpu(data_root: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ original resolution is the evaluation script's job.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -65,20 +66,56 @@ def evaluate(
     return totals, int(bad)
 
 
-def validation_metrics(totals: dict[str, SegMetrics]) -> dict[str, Any]:
+TRAIN_SOURCES = "train_sources"  # val/train_sources/<metric>: the sources a run trains on
+
+
+def validation_metrics(
+    totals: dict[str, SegMetrics], train_sources: Sequence[str] | None = None
+) -> dict[str, Any]:
     """``val/<source>/<metric>`` per source, ``val/<metric>`` over all of them (the summed
     counts), and the matrices themselves as lists under ``confusion/<source>`` / ``confusion/all``.
+
+    With ``train_sources`` naming fewer sources than are validated (a held-out source),
+    ``val/train_sources/<metric>`` (and ``confusion/train_sources``) sum those only: the
+    training-domain validation that model selection may use without seeing the held-out source.
     """
     first = next(iter(totals.values()))
     overall = SegMetrics.confusion_only(first.num_classes, first.device)
+    seen = SegMetrics.confusion_only(first.num_classes, first.device)
     out: dict[str, Any] = {}
     for name, metrics in totals.items():
         out.update({f"val/{name}/{k}": v for k, v in metrics.compute().items()})
         out[f"confusion/{name}"] = metrics.confusion.tolist()
         overall.merge_(metrics)
+        if train_sources is not None and name in train_sources:
+            seen.merge_(metrics)
     out.update({f"val/{k}": v for k, v in overall.compute().items()})
     out["confusion/all"] = overall.confusion.tolist()
+    if selection_sources(list(totals), train_sources) is not None:
+        out.update({f"val/{TRAIN_SOURCES}/{k}": v for k, v in seen.compute().items()})
+        out[f"confusion/{TRAIN_SOURCES}"] = seen.confusion.tolist()
     return out
+
+
+def selection_sources(
+    validated: Sequence[str], train_sources: Sequence[str] | None
+) -> list[str] | None:
+    """The validated sources that model selection (``best.pt``) reads when some validated
+    source is held out of training, else None (selection reads ``val/<metric>``, all sources)."""
+    if train_sources is None:
+        return None
+    chosen = [name for name in validated if name in train_sources]
+    return chosen if chosen and len(chosen) < len(validated) else None
+
+
+def selection_key(
+    best_metric: str, validated: Sequence[str], train_sources: Sequence[str] | None
+) -> str:
+    """The metrics key ``best.pt`` follows: ``val/train_sources/<best_metric>`` with a
+    held-out source (DomainBed's training-domain validation), else ``val/<best_metric>``."""
+    if selection_sources(validated, train_sources) is None:
+        return f"val/{best_metric}"
+    return f"val/{TRAIN_SOURCES}/{best_metric}"
 
 
 def metric_names(num_classes: int) -> list[str]:

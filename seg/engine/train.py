@@ -34,7 +34,7 @@ from seg.engine.checkpoint import (
     check_resume_config,
     find_resume_checkpoint,
 )
-from seg.engine.evaluate import evaluate, scalars, validation_metrics
+from seg.engine.evaluate import evaluate, scalars, selection_key, validation_metrics
 from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
@@ -149,6 +149,14 @@ def _run(
         f", weight EMA (decay {t.ema_decay})" if p.ema is not None else "",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
+    key = selection_key(t.best_metric, p.sources, cfg.data.train_sources)
+    if key != f"val/{t.best_metric}":
+        log.info(
+            "best.pt follows %s: validation of the training sources %s only (the held-out "
+            "sources are reported, not used to choose)",
+            key,
+            [s for s in p.sources if s in cfg.data.train_sources],
+        )
     while state.step < p.total_steps:
         p.sampler.set_epoch(state.epoch)
         p.sampler.set_start(state.batch_in_epoch * t.batch_size)
@@ -273,7 +281,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     train_bad = torch.tensor(state.pending_skipped, device=p.device)
     state.train_skipped += int(du.all_reduce_sum_(train_bad))
     state.pending_skipped = 0
-    state.metrics = validation_metrics(totals)
+    state.metrics = validation_metrics(totals, cfg.data.train_sources)
     state.metrics.update(
         {"val/skipped": float(val_bad), "train/skipped": float(state.train_skipped)}
     )
@@ -293,7 +301,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
         log.info(
             "pixel accuracy reached the %.0f%% target: %s", 100 * t.target_pixel_acc, state.target
         )
-    value = state.metrics[f"val/{t.best_metric}"]
+    value = state.metrics[selection_key(t.best_metric, p.sources, cfg.data.train_sources)]
     is_best = math.isfinite(value) and (state.best is None or value > state.best)
     if is_best:
         state.best = value
@@ -346,6 +354,7 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
         "world_size": du.world_size(),
         "elapsed_s": round(state.elapsed_s, 1),
         "best_metric": t.best_metric,
+        "best_key": selection_key(t.best_metric, p.sources, cfg.data.train_sources),
         "best": state.best,
         "target_pixel_acc": t.target_pixel_acc,
         "target_reached": state.target,

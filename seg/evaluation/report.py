@@ -184,6 +184,8 @@ def format_training_report(metrics: dict[str, Any], sources: list[str], target: 
     mIoU per source and overall, the verdict against the pixel-accuracy target, when training
     first reached it, and the bad pairs that were skipped."""
     rows = [(s, f"val/{s}/") for s in sources] + [("all", "val/")]
+    if "val/train_sources/iou_person" in metrics:  # a source held out of training
+        rows.append(("training sources", "val/train_sources/"))
     lines = [f"{'source':<20} {'pixel acc':>10} {'person IoU':>11} {'mIoU':>8}"]
     for name, prefix in rows:
         acc, iou, miou = (
