@@ -352,6 +352,13 @@ def test_resume_changes_reset_the_best_and_regroup_at_the_next_epoch(caplog) -> 
     state = TrainState(epoch=3, batch_in_epoch=0)
     resume_changes(state, saved, SimpleNamespace(**{**saved, "accumulate": 2}))
     assert (state.epoch, state.batch_in_epoch) == (3, 0)  # at an epoch's start: nothing to do
+    # Other training sources: the selection metric sums other sources, so the best restarts.
+    state = TrainState(epoch=3, best=0.9)
+    resume_changes(state, saved, same, (["ccp", "eg_portrait"], ["ccp", "eg_portrait"]))
+    assert state.best == 0.9
+    with caplog.at_level("WARNING", logger="seg.engine.state"):
+        resume_changes(state, saved, same, (None, ["ccp"]))
+    assert state.best is None and "data.train_sources was None, now ['ccp']" in caplog.text
 
 
 def test_ohem_keeps_the_hardest_pixels() -> None:

@@ -64,19 +64,25 @@ class TrainState:
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
 
-def resume_changes(state: TrainState, saved: dict[str, Any], trainer: Any) -> None:
+def resume_changes(
+    state: TrainState,
+    saved: dict[str, Any],
+    trainer: Any,
+    train_sources: tuple[Any, Any] | None = None,
+) -> None:
     """Adjust a resumed ``state`` to trainer settings changed since the checkpoint (``saved``:
-    its ``trainer`` config): another ``best_metric`` starts the best value afresh (a value of
-    the old metric is no bar for the new one); another ``batch_size`` or ``accumulate`` in
-    the middle of an epoch continues at the next epoch (the position counts batches of the
-    old size)."""
+    its ``trainer`` config): another ``best_metric``, or other training sources
+    (``train_sources``: the checkpoint's ``data.train_sources`` and this run's; the selection
+    metric then sums other sources), starts the best value afresh (a value of the old metric is
+    no bar for the new one); another ``batch_size`` or ``accumulate`` in the middle of an epoch
+    continues at the next epoch (the position counts batches of the old size)."""
+    changed = []
     if saved.get("best_metric", trainer.best_metric) != trainer.best_metric:
-        log.warning(
-            "trainer.best_metric was %s, now %s: best.pt is chosen afresh from the next "
-            "validation on",
-            saved["best_metric"],
-            trainer.best_metric,
-        )
+        changed.append(f"trainer.best_metric was {saved['best_metric']}, now {trainer.best_metric}")
+    if train_sources is not None and _as_list(train_sources[0]) != _as_list(train_sources[1]):
+        changed.append(f"data.train_sources was {train_sources[0]}, now {train_sources[1]}")
+    if changed:
+        log.warning("%s: best.pt is chosen afresh from the next validation on", "; ".join(changed))
         state.best = None
     state.next_epoch_if_regrouped(
         [
@@ -85,6 +91,10 @@ def resume_changes(state: TrainState, saved: dict[str, Any], trainer: Any) -> No
             if k in saved and saved[k] != getattr(trainer, k)
         ]
     )
+
+
+def _as_list(value: Any) -> list[Any] | None:
+    return None if value is None else list(value)
 
 
 FAULT_ENV = "SEG_TEST_FAULT"  # "STEP:RANK:exit|exception", crash-recovery tests only

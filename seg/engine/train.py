@@ -122,7 +122,13 @@ def _run(
     p = setup(cfg, devices, ckpt)
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
     if ckpt is not None:
-        resume_changes(state, ckpt["config"].get("trainer", {}), t)
+        saved_sources = ckpt["config"].get("data", {}).get("train_sources")
+        resume_changes(
+            state,
+            ckpt["config"].get("trainer", {}),
+            t,
+            (saved_sources, cfg.data.train_sources),
+        )
     writer = MetricLogger(
         run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
     )
