@@ -177,6 +177,32 @@ def test_weights_from_a_file_and_bad_files(tmp_path: Path) -> None:
         read_state_dict(broken)
     with pytest.raises(FileNotFoundError, match=r"missing\.pth does not exist"):
         pretrained_model(f"model.columns.1.weights={tmp_path / 'missing.pth'}")
+    with pytest.raises(FileNotFoundError, match=r"weights='imagent' is neither 'imagenet' "):
+        pretrained_model("model.columns.1.weights=imagent")  # a typo is not taken for a file
+
+
+def test_a_damaged_cached_torchvision_file_is_named_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A truncated download left in torch's cache: the error names the file, not torch's
+    unpickling internals."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
+    cached = tmp_path / "hub" / "checkpoints" / "resnet18-f37072fd.pth"
+    cached.parent.mkdir(parents=True)
+    torch.save(BACKBONES["resnet18"].build(True).state_dict(), cached)
+    cached.write_bytes(cached.read_bytes()[:100_000])  # cut short
+    with pytest.raises(RuntimeError, match=rf"{cached} cannot be read .* delete it"):
+        pretrained_model("model.columns.1.backbone=resnet18")
+    # The torchvision baselines' backbones: the same message.
+    import torchvision.models
+
+    url = torchvision.models.MobileNet_V3_Large_Weights.DEFAULT.url
+    cached = cached.with_name(Path(url).name)
+    cached.write_bytes(b"PK\x03\x04 not a whole zip file")
+    lraspp = compose_config(["model=lraspp_mobilenet_v3_large", "model.pretrained=true"])
+    with pytest.raises(RuntimeError, match=rf"{cached} cannot be read .* delete it"):
+        build_model(lraspp.model)
 
 
 def test_missing_weights_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

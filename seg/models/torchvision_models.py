@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +12,7 @@ from torch import Tensor, nn
 from torchvision.models import MobileNet_V3_Large_Weights, ResNet50_Weights, WeightsEnum
 from torchvision.models import segmentation as tvseg
 
+from seg.models.backbones import damaged_cache_error
 from seg.models.layers import SegmentationModel
 
 # name -> (torchvision builder, ImageNet weights of its backbone, has an auxiliary classifier)
@@ -56,6 +58,12 @@ def build_torchvision_net(
             f"for {name} from {weights.url} ({err}). Without internet, copy that file into "
             f"{hub} (TORCH_HOME sets the cache) or set model.pretrained=false."
         ) from err
+    except Exception as err:
+        cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
+        damaged = damaged_cache_error(cached, weights.url)
+        if damaged is None:
+            raise
+        raise damaged from err
 
 
 class TorchvisionSegNet(SegmentationModel):
