@@ -78,7 +78,9 @@ def augmentation_grid(cfg: ShowConfig) -> np.ndarray:
         raise ValueError(f"the {cfg.split!r} split of data={cfg.data.name} is empty")
     rng = np.random.default_rng(cfg.seed)
     indices = sorted(rng.choice(len(dataset), min(cfg.samples, len(dataset)), replace=False))
-    pool = dataset if cfg.split == "train" else build_dataset(cfg.data, "train")
+    pool = None  # the people to paste: the training photos, read only when pasting
+    if cfg.aug.paste_p > 0:
+        pool = dataset if cfg.split == "train" else build_dataset(cfg.data, "train")
     train_tf = build_train_transform(cfg.aug, seed=cfg.seed, pool=pool)
     eval_tf = build_eval_transform(cfg.aug)
     long = max(cfg.aug.eval_size)  # the eval view is portrait or landscape, as its photo

@@ -339,3 +339,37 @@ def test_degradations_change_only_the_image(name: str) -> None:
             assert np.abs(after[..., 0].astype(int) - after[..., 1]).max() <= 1
         if name == "noise_p":  # modest: std 2-6% of 255
             assert diff.mean() < 0.06 * 255
+
+
+def test_show_augmentations_draws_the_pasted_people(
+    vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scripts/show_augmentations.py's grid: one row per sample, the eval view then the
+    training views; with aug.paste_p=1 the training views change (people pasted) and the eval
+    view does not."""
+    import importlib.util
+
+    from training_utils import REPO, make_folder_subset
+
+    from seg.config import compose_config
+
+    script = REPO / "scripts" / "show_augmentations.py"
+    spec = importlib.util.spec_from_file_location("show", script)
+    show = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "show", show)  # its dataclass looks it up
+    spec.loader.exec_module(show)
+    root = make_folder_subset(vikram_pairs, tmp_path / "data")
+
+    def grid(paste_p: float) -> np.ndarray:
+        base = compose_config(["data=folder", f"data.root={root}", f"aug.paste_p={paste_p}"])
+        fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+        return show.augmentation_grid(show.ShowConfig(**fields, samples=2, augs=2))
+
+    plain, pasted = grid(0.0), grid(1.0)
+    height, width = plain.shape[0] // 2, plain.shape[1] // 3
+    assert plain.shape == pasted.shape and plain.shape[0] % 2 == 0 and plain.shape[1] % 3 == 0
+    assert np.array_equal(plain[:, :width], pasted[:, :width])  # the eval views
+    for row in range(2):
+        for k in (1, 2):
+            cell = np.s_[row * height : (row + 1) * height, k * width : (k + 1) * width]
+            assert not np.array_equal(plain[cell], pasted[cell]), (row, k)
