@@ -316,3 +316,48 @@ def test_a_random_backbone_cannot_stay_frozen() -> None:
     check_frozen_random(compose_config([*scratch, *fixed]))  # the ablation
     check_frozen_random(compose_config(["+exp=dual_channel_pretrained"]))  # pretrained
     check_frozen_random(compose_config(["+exp=dual_channel", "model.pretrained=false"]))
+
+
+@needs_lite0
+def test_pretrained_recipe_with_compositing_trains_and_resumes(
+    vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's pairing through the real engine: +exp=dual_channel_pretrained aug=composite
+    trains 2 steps (normalisation checked, people pasted from the real loader's pool, the
+    backbone's LR groups built), resumes to step 3 with the same groups, and the frozen stages
+    are still the file's weights at the end."""
+    from training_utils import make_folder_subset
+
+    from seg.checkpoint import load_checkpoint
+    from seg.engine.train import train
+
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+    root = make_folder_subset(vikram_pairs, tmp_path / "data")
+    run = tmp_path / "run"
+    base = [
+        "+exp=dual_channel_pretrained",
+        "aug=composite",
+        "aug.paste_p=1",
+        "data=folder",
+        f"data.root={root}",
+        "debug=default",
+        "trainer.column_devices=[cpu]",
+        "logging.tensorboard=false",
+        "logging.progress_bar=false",
+        f"trainer.run_dir={run}",
+    ]
+    assert train(compose_config([*base, "trainer.max_steps=2"]))["step"] == 2
+    first = load_checkpoint(run / "checkpoints" / "last.pt")
+    mults = [g.get("lr_mult", 1.0) for g in first["optimizer"]["param_groups"]]
+    assert 0.1 in mults and 1.0 in mults  # the backbone at a tenth of the new layers' LR
+    result = train(compose_config([*base, "trainer.max_steps=3", "trainer.resume=auto"]))
+    assert result["step"] == 3
+    last = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert [g.get("lr_mult", 1.0) for g in last["optimizer"]["param_groups"]] == mults
+    state, _ = imagenet_weights("efficientnet_lite0", "imagenet")
+    prefixes = ("columns.1.net._conv_stem.", "columns.1.net._bn0.", "columns.1.net._blocks.0.")
+    stem = [k for k in last["model"] if k.startswith(prefixes)]
+    assert stem, "the context column's stem is in the checkpoint"
+    for key in stem:  # frozen stage 0: untouched by three steps
+        name = key.split(".net.", 1)[1]
+        assert torch.equal(last["model"][key], state[name]), key
