@@ -25,9 +25,11 @@ from seg.engine.train import train
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
 def main(cfg: DictConfig) -> float:
-    """Return the final pixel accuracy (what a Hydra sweeper would optimise)."""
+    """Return the final value of the metric best.pt follows (``best_key``: person IoU by
+    default, over the training sources when one is held out): what a Hydra sweeper optimises."""
     try:
-        return train(cfg)["val/pixel_acc"]
+        result = train(cfg)
+        return result[result["best_key"]]
     except (DownloadError, DatasetNotFoundError, RunDirError, CheckpointError) as err:
         # Missing data, a busy or occupied run folder, a checkpoint that cannot be resumed:
         # the user's to fix. Say what to do, without a traceback.

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from seg.config import TARGET_PIXEL_ACC, to_config
-from seg.evaluation.report import CSV_COLUMNS, meets_target
+from seg.evaluation.report import CSV_COLUMNS, TRAIN_SOURCES, meets_target
 
 try:
     import matplotlib.pyplot as plt
@@ -164,8 +164,10 @@ def model_summary(run: Run, compute: bool = True) -> dict[str, Any] | None:
 
 
 def sources(final: dict[str, Any]) -> list[str]:
-    """The sources of a run's validation metrics (keys ``val/<source>/<metric>``)."""
-    return sorted({k.split("/")[1] for k in final if k.startswith("val/") and k.count("/") == 2})
+    """The sources of a run's validation metrics (keys ``val/<source>/<metric>``; not the
+    training-sources sum of a leave-one-out run, ``val/train_sources/<metric>``)."""
+    names = {k.split("/")[1] for k in final if k.startswith("val/") and k.count("/") == 2}
+    return sorted(names - {TRAIN_SOURCES})
 
 
 def throughput(run: Run) -> float:

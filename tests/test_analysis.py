@@ -260,3 +260,13 @@ def test_eval_dir_from_a_run_dir_metrics_and_gallery(tmp_path: Path) -> None:
     fig = analysis.plot_gallery(paths, ncols=4)
     assert [ax.get_title() for ax in fig.axes if ax.images] == [p.name for p in paths]
     assert analysis.plot_gallery([]) is None
+
+
+def test_a_leave_one_out_runs_training_sources_sum_is_no_source() -> None:
+    final = {
+        "val/iou_person": 0.8,
+        "val/ccp/iou_person": 0.7,
+        "val/vikram_human_seg/iou_person": 0.9,
+        "val/train_sources/iou_person": 0.9,
+    }
+    assert analysis.sources(final) == ["ccp", "vikram_human_seg"]

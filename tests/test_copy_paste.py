@@ -360,12 +360,16 @@ def test_show_augmentations_draws_the_pasted_people(
     spec.loader.exec_module(show)
     root = make_folder_subset(vikram_pairs, tmp_path / "data")
 
-    def grid(paste_p: float) -> np.ndarray:
-        base = compose_config(["data=folder", f"data.root={root}", f"aug.paste_p={paste_p}"])
+    def grid(paste_p: float, split: str = "train") -> np.ndarray:
+        # No other random step (no affine, no flip; the crop holds the whole photo), so a
+        # training view changes only where people are pasted.
+        only_paste = ["aug.affine_p=0", "aug.hflip=0", f"aug.paste_p={paste_p}"]
+        base = compose_config(["data=folder", f"data.root={root}", *only_paste])
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-        return show.augmentation_grid(show.ShowConfig(**fields, samples=2, augs=2))
+        return show.augmentation_grid(show.ShowConfig(**fields, samples=2, augs=2, split=split))
 
     plain, pasted = grid(0.0), grid(1.0)
+    assert np.array_equal(plain, grid(0.0))  # the same seed: the same views
     height, width = plain.shape[0] // 2, plain.shape[1] // 3
     assert plain.shape == pasted.shape and plain.shape[0] % 2 == 0 and plain.shape[1] % 3 == 0
     assert np.array_equal(plain[:, :width], pasted[:, :width])  # the eval views
@@ -373,3 +377,11 @@ def test_show_augmentations_draws_the_pasted_people(
         for k in (1, 2):
             cell = np.s_[row * height : (row + 1) * height, k * width : (k + 1) * width]
             assert not np.array_equal(plain[cell], pasted[cell]), (row, k)
+    # Without pasting, a validation grid reads no training photos (the paste pool).
+    splits = []
+    real = show.build_dataset
+    monkeypatch.setattr(
+        show, "build_dataset", lambda data, split: splits.append(split) or real(data, split)
+    )
+    grid(0.0, split="val")
+    assert splits == ["val"]

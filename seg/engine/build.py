@@ -25,7 +25,7 @@ from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.checkpoint import restore_rng
 from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.ema import ModelEma
-from seg.engine.evaluate import metric_names
+from seg.engine.evaluate import metric_names, selection_sources
 from seg.engine.step import Stepper, build_stepper
 from seg.models import build_model
 from seg.models.build import input_normalization
@@ -158,17 +158,19 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
             f"trainer.best_metric={t.best_metric!r}; valid: {metric_names(num_classes)}"
         )
     check_normalization(cfg)
-    check_frozen_random(cfg)
+    if ckpt is None:  # a resumed run's weights come from its checkpoint, not from random
+        check_frozen_random(cfg)
     model, model_without_ddp = build_ddp_model(cfg, devices, ckpt)
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
-    if not sum(len(v) for v in val_sets.values()):
+    chosen = selection_sources(list(val_sets), cfg.data.train_sources) or list(val_sets)
+    if not sum(len(val_sets[name]) for name in chosen):
         # Every validation would be NaN and best.pt never written: say so now.
         raise ValueError(
-            f"trainer.val_split={t.val_split!r} has no samples in {list(val_sets)}: pick a split "
-            "the data has, or give it one (data.val_fraction > 0 for sources without an "
-            "official validation split)"
+            f"trainer.val_split={t.val_split!r} has no samples in {chosen} (the sources "
+            "best.pt is chosen on): pick a split the data has, or give it one "
+            "(data.val_fraction > 0 for sources without an official validation split)"
         )
     # A resumed run draws fresh augmentation streams in its workers (see docs/training.md).
     start = 0 if ckpt is None else ckpt["step"]

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from seg import distributed as du
 from seg.data import run_by_size
+from seg.evaluation.report import TRAIN_SOURCES
 from seg.metrics import SegMetrics, metrics_from_confusion
 
 
@@ -66,9 +67,6 @@ def evaluate(
     return totals, int(bad)
 
 
-TRAIN_SOURCES = "train_sources"  # val/train_sources/<metric>: the sources a run trains on
-
-
 def validation_metrics(
     totals: dict[str, SegMetrics], train_sources: Sequence[str] | None = None
 ) -> dict[str, Any]:
@@ -108,14 +106,26 @@ def selection_sources(
     return chosen if chosen and len(chosen) < len(validated) else None
 
 
+def selection_prefix(validated: Sequence[str], train_sources: Sequence[str] | None) -> str:
+    """Where the figures that steer a run are read (``best.pt``, the pixel-accuracy target,
+    ``trainer.stop_at_target``): ``val/train_sources/`` with a held-out source (DomainBed's
+    training-domain validation), else ``val/`` (all sources)."""
+    held_out = selection_sources(validated, train_sources) is not None
+    return f"val/{TRAIN_SOURCES}/" if held_out else "val/"
+
+
 def selection_key(
     best_metric: str, validated: Sequence[str], train_sources: Sequence[str] | None
 ) -> str:
-    """The metrics key ``best.pt`` follows: ``val/train_sources/<best_metric>`` with a
-    held-out source (DomainBed's training-domain validation), else ``val/<best_metric>``."""
-    if selection_sources(validated, train_sources) is None:
-        return f"val/{best_metric}"
-    return f"val/{TRAIN_SOURCES}/{best_metric}"
+    """The metrics key ``best.pt`` follows (see :func:`selection_prefix`)."""
+    return selection_prefix(validated, train_sources) + best_metric
+
+
+def best_of(best_metric: str, validated: Sequence[str], train_sources: Sequence[str] | None) -> str:
+    """What a run's best value is a value of: its key and the sources it sums (sorted), so
+    that a resumed run can tell whether a saved best still compares."""
+    sources = sorted(selection_sources(validated, train_sources) or validated)
+    return f"{selection_key(best_metric, validated, train_sources)} over {','.join(sources)}"
 
 
 def metric_names(num_classes: int) -> list[str]:

@@ -13,7 +13,7 @@ from seg import distributed as du
 log = logging.getLogger(__name__)
 STATE_KEYS = ("epoch", "step", "batch_in_epoch", "elapsed_s", "best", "target", "metrics")
 # Keys added later, with the value a checkpoint written before them stands for.
-LATER_KEYS = {"train_skipped": 0}
+LATER_KEYS: dict[str, Any] = {"train_skipped": 0, "best_of": None}
 
 
 @dataclass
@@ -26,6 +26,7 @@ class TrainState:
     batch_in_epoch: int = 0
     elapsed_s: float = 0.0  # training wall time, over all attempts
     best: float | None = None
+    best_of: str | None = None  # what ``best`` is a value of: "<metric key> over <sources>"
     target: dict | None = None  # when val/pixel_acc first reached trainer.target_pixel_acc
     metrics: dict = field(default_factory=dict)  # the latest validation
     train_skipped: int = 0  # bad training pairs replaced (data.on_bad_sample=skip), all ranks
@@ -51,6 +52,19 @@ class TrainState:
             state.next_epoch_if_regrouped([f"replicas: {saved_world} -> {world_size}"])
         return state
 
+    def choose_best_by(self, best_of: str) -> None:
+        """Compare validations by ``best_of`` (:func:`seg.engine.evaluate.selection`) from now
+        on; the saved best of another metric or other sources is no bar for it, so best.pt is
+        then chosen afresh."""
+        if self.best is not None and self.best_of not in (None, best_of):
+            log.warning(
+                "best.pt followed %s, now %s: it is chosen afresh from the next validation on",
+                self.best_of,
+                best_of,
+            )
+            self.best = None
+        self.best_of = best_of
+
     def next_epoch_if_regrouped(self, changes: list[str]) -> None:
         """A position inside an epoch counts batches of the checkpoint's grouping (replicas,
         batch size, accumulation): with ``changes`` to it, continue at the next epoch."""
@@ -64,26 +78,11 @@ class TrainState:
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
 
-def resume_changes(
-    state: TrainState,
-    saved: dict[str, Any],
-    trainer: Any,
-    train_sources: tuple[Any, Any] | None = None,
-) -> None:
+def resume_changes(state: TrainState, saved: dict[str, Any], trainer: Any) -> None:
     """Adjust a resumed ``state`` to trainer settings changed since the checkpoint (``saved``:
-    its ``trainer`` config): another ``best_metric``, or other training sources
-    (``train_sources``: the checkpoint's ``data.train_sources`` and this run's; the selection
-    metric then sums other sources), starts the best value afresh (a value of the old metric is
-    no bar for the new one); another ``batch_size`` or ``accumulate`` in the middle of an epoch
-    continues at the next epoch (the position counts batches of the old size)."""
-    changed = []
-    if saved.get("best_metric", trainer.best_metric) != trainer.best_metric:
-        changed.append(f"trainer.best_metric was {saved['best_metric']}, now {trainer.best_metric}")
-    if train_sources is not None and _as_list(train_sources[0]) != _as_list(train_sources[1]):
-        changed.append(f"data.train_sources was {train_sources[0]}, now {train_sources[1]}")
-    if changed:
-        log.warning("%s: best.pt is chosen afresh from the next validation on", "; ".join(changed))
-        state.best = None
+    its ``trainer`` config): another ``batch_size`` or ``accumulate`` in the middle of an epoch
+    continues at the next epoch (the position counts batches of the old size). (Another
+    ``best_metric`` or other training sources: :meth:`TrainState.choose_best_by`.)"""
     state.next_epoch_if_regrouped(
         [
             f"trainer.{k}: {saved[k]} -> {getattr(trainer, k)}"
@@ -91,10 +90,6 @@ def resume_changes(
             if k in saved and saved[k] != getattr(trainer, k)
         ]
     )
-
-
-def _as_list(value: Any) -> list[Any] | None:
-    return None if value is None else list(value)
 
 
 FAULT_ENV = "SEG_TEST_FAULT"  # "STEP:RANK:exit|exception", crash-recovery tests only

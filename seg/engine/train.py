@@ -34,7 +34,14 @@ from seg.engine.checkpoint import (
     check_resume_config,
     find_resume_checkpoint,
 )
-from seg.engine.evaluate import evaluate, scalars, selection_key, validation_metrics
+from seg.engine.evaluate import (
+    best_of,
+    evaluate,
+    scalars,
+    selection_key,
+    selection_prefix,
+    validation_metrics,
+)
 from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
@@ -122,13 +129,11 @@ def _run(
     p = setup(cfg, devices, ckpt)
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
     if ckpt is not None:
-        saved_sources = ckpt["config"].get("data", {}).get("train_sources")
-        resume_changes(
-            state,
-            ckpt["config"].get("trainer", {}),
-            t,
-            (saved_sources, cfg.data.train_sources),
-        )
+        resume_changes(state, ckpt["config"].get("trainer", {}), t)
+        if state.best_of is None:  # saved before best_of was: all sources, its best_metric
+            saved_metric = ckpt["config"].get("trainer", {}).get("best_metric", t.best_metric)
+            state.best_of = best_of(saved_metric, p.sources, None)
+    state.choose_best_by(best_of(t.best_metric, p.sources, cfg.data.train_sources))
     writer = MetricLogger(
         run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
     )
@@ -155,13 +160,12 @@ def _run(
         f", weight EMA (decay {t.ema_decay})" if p.ema is not None else "",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
-    key = selection_key(t.best_metric, p.sources, cfg.data.train_sources)
-    if key != f"val/{t.best_metric}":
+    if selection_prefix(p.sources, cfg.data.train_sources) != "val/":
         log.info(
-            "best.pt follows %s: validation of the training sources %s only (the held-out "
-            "sources are reported, not used to choose)",
-            key,
-            [s for s in p.sources if s in cfg.data.train_sources],
+            "best.pt follows %s, and the pixel-accuracy target val/train_sources/pixel_acc: "
+            "validation of the training sources only (the held-out sources are reported, "
+            "never used to choose or stop)",
+            state.best_of,
         )
     while state.step < p.total_steps:
         p.sampler.set_epoch(state.epoch)
@@ -181,7 +185,9 @@ def _run(
     if not state.metrics:  # resumed a finished run that was never validated
         validate(p, state, cfg, writer)
     hparams = {**flatten_hparams(config_to_dict(cfg)), "world_size": du.world_size()}
-    writer.log_hparams(hparams, {k: v for k, v in state.metrics.items() if k.count("/") == 1})
+    chosen = selection_prefix(p.sources, cfg.data.train_sources)  # a held-out run's too
+    overall = {k: v for k, v in state.metrics.items() if k.count("/") == 1 or k.startswith(chosen)}
+    writer.log_hparams(hparams, overall)
     writer.close()
     return _finish(p, state, cfg, run_dir)
 
@@ -295,7 +301,8 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     aug = cfg.aug
     writer.log_val_images(state.step, model, p.device, aug.mean, aug.std, p.amp_dtype)
     state.tick()
-    acc = state.metrics["val/pixel_acc"]
+    prefix = selection_prefix(p.sources, cfg.data.train_sources)
+    acc = state.metrics[prefix + "pixel_acc"]
     if state.target is None and meets_target(acc, t.target_pixel_acc):
         passes = p.steps_per_epoch * t.accumulate
         state.target = {
@@ -307,14 +314,14 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
         log.info(
             "pixel accuracy reached the %.0f%% target: %s", 100 * t.target_pixel_acc, state.target
         )
-    value = state.metrics[selection_key(t.best_metric, p.sources, cfg.data.train_sources)]
+    value = state.metrics[prefix + t.best_metric]
     is_best = math.isfinite(value) and (state.best is None or value > state.best)
     if is_best:
         state.best = value
     log.info(
         "validation at step %d: pixel acc %.2f%%, person IoU %.2f%%, mIoU %.2f%%",
         state.step,
-        100 * acc,
+        100 * state.metrics["val/pixel_acc"],
         100 * state.metrics["val/iou_person"],
         100 * state.metrics["val/miou"],
     )

@@ -20,6 +20,9 @@ from seg.fileio import write_text
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent, ratio
 
+# val/train_sources/<metric>: the validation of a leave-one-out run's training sources only
+TRAIN_SOURCES = "train_sources"
+
 CSV_COLUMNS = (
     "name",
     "source",
@@ -184,8 +187,8 @@ def format_training_report(metrics: dict[str, Any], sources: list[str], target: 
     mIoU per source and overall, the verdict against the pixel-accuracy target, when training
     first reached it, and the bad pairs that were skipped."""
     rows = [(s, f"val/{s}/") for s in sources] + [("all", "val/")]
-    if "val/train_sources/iou_person" in metrics:  # a source held out of training
-        rows.append(("training sources", "val/train_sources/"))
+    if f"confusion/{TRAIN_SOURCES}" in metrics:  # a source held out of training
+        rows.append(("training sources", f"val/{TRAIN_SOURCES}/"))
     lines = [f"{'source':<20} {'pixel acc':>10} {'person IoU':>11} {'mIoU':>8}"]
     for name, prefix in rows:
         acc, iou, miou = (

@@ -210,7 +210,7 @@ def imagenet_weights(name: str, weights: str) -> tuple[dict[str, Tensor], str]:
         if not Path(weights).expanduser().is_file():
             raise FileNotFoundError(
                 f"backbone {name}: weights={weights!r} is neither 'imagenet' (the published "
-                f"ImageNet weights) nor a state-dict file: {weights} does not exist"
+                f"ImageNet weights) nor a state-dict file: {weights} is not a file"
             )
         return read_state_dict(weights), str(weights)
     if spec.torchvision_weights is None:
