@@ -175,7 +175,7 @@ def test_weights_from_a_file_and_bad_files(tmp_path: Path) -> None:
     broken.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(RuntimeError, match=rf"cannot read backbone weights {broken}"):
         read_state_dict(broken)
-    with pytest.raises(FileNotFoundError, match=r"missing\.pth does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.pth is not a file"):
         pretrained_model(f"model.columns.1.weights={tmp_path / 'missing.pth'}")
     with pytest.raises(FileNotFoundError, match=r"weights='imagent' is neither 'imagenet' "):
         pretrained_model("model.columns.1.weights=imagent")  # a typo is not taken for a file

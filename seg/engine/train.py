@@ -185,8 +185,13 @@ def _run(
     if not state.metrics:  # resumed a finished run that was never validated
         validate(p, state, cfg, writer)
     hparams = {**flatten_hparams(config_to_dict(cfg)), "world_size": du.world_size()}
-    chosen = selection_prefix(p.sources, cfg.data.train_sources)  # a held-out run's too
-    overall = {k: v for k, v in state.metrics.items() if k.count("/") == 1 or k.startswith(chosen)}
+    # The overall metrics, and a leave-one-out run's training-sources ones (what it chose by).
+    chosen = selection_prefix(p.sources, cfg.data.train_sources)
+    overall = {
+        k: v
+        for k, v in state.metrics.items()
+        if k.count("/") == 1 or (chosen != "val/" and k.startswith(chosen))
+    }
     writer.log_hparams(hparams, overall)
     writer.close()
     return _finish(p, state, cfg, run_dir)
