@@ -130,7 +130,8 @@ def test_leave_one_out_run_chooses_on_its_training_sources(
         "debug=default",
         "trainer.max_steps=1",
         "trainer.column_devices=[cpu]",
-        "logging.tensorboard=false",
+        "logging.tensorboard=true",
+        "logging.val_images=0",
         "logging.progress_bar=false",
         "data.sources=[ccp,vikram_human_seg]",
         "data.train_sources=[vikram_human_seg]",
@@ -145,6 +146,17 @@ def test_leave_one_out_run_chooses_on_its_training_sources(
     assert result["val/pixel_acc"] != result["best"]  # ccp's pixels count in the overall
     assert "best.pt follows val/train_sources/pixel_acc" in caplog.text
     assert re.search(r"^training sources +\d", caplog.text, re.M)  # the final report's row
+    # TensorBoard's HPARAMS tab: the overall metrics and the ones the run chose by, no source's.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+    metrics = {m.name.tag for m in experiment.experiment.metric_infos}
+    assert {"val/pixel_acc", "val/train_sources/pixel_acc"} <= metrics
+    assert not any(m.startswith(("val/ccp/", "val/vikram_human_seg/")) for m in metrics)
 
 
 def test_bf16_autocast_step_on_cpu(data_root: Path, tmp_path: Path) -> None:
