@@ -25,7 +25,7 @@ from seg.data.transforms import build_eval_transform
 from seg.devices import native_bf16
 from seg.distributed import shard
 from seg.engine.data import ResumableSampler
-from seg.engine.evaluate import best_of, selection_key, validation_metrics
+from seg.engine.evaluate import best_of, selection_prefix, selection_sources, validation_metrics
 from seg.engine.logger import NonFiniteLossError
 from seg.engine.losses import SegLoss, build_loss
 from seg.engine.optim import (
@@ -108,14 +108,17 @@ def test_a_held_out_source_never_chooses_the_best_checkpoint() -> None:
     good.update(pred, pred)  # IoU 1
     poor.update(pred, torch.tensor([[[1, 0], [1, 0]]]))  # person IoU 1/3
     totals = {"ccp": poor, "vikram_human_seg": good}
-    out = validation_metrics(totals, ["ccp"])
+    selection = selection_sources(list(totals), ["ccp"])
+    assert selection == ["ccp"]
+    out = validation_metrics(totals, selection)
     assert out["val/train_sources/iou_person"] == pytest.approx(1 / 3)
     assert out["val/iou_person"] == pytest.approx(3 / 5)  # (1 + 2) / (3 + 2)
     assert out["confusion/train_sources"] == poor.confusion.tolist()
-    assert selection_key("iou_person", list(totals), ["ccp"]) == "val/train_sources/iou_person"
+    assert selection_prefix(selection) + "iou_person" == "val/train_sources/iou_person"
     for every in (None, ["ccp", "vikram_human_seg"], ["vikram_human_seg", "ccp", "eg_portrait"]):
-        assert selection_key("miou", list(totals), every) == "val/miou"
-        assert "val/train_sources/iou_person" not in validation_metrics(totals, every)
+        assert selection_sources(list(totals), every) is None
+        assert selection_prefix(selection_sources(list(totals), every)) + "miou" == "val/miou"
+    assert "val/train_sources/iou_person" not in validation_metrics(totals, None)
 
 
 def test_leave_one_out_run_chooses_on_its_training_sources(
@@ -373,23 +376,23 @@ def test_a_saved_best_counts_only_for_the_same_metric_over_the_same_sources(capl
     from seg.engine.state import TrainState
 
     every = ["ccp", "eg_portrait", "vikram_human_seg"]
-    assert best_of("iou_person", every, None) == (
-        "val/iou_person over ccp,eg_portrait,vikram_human_seg"
-    )
-    assert best_of("iou_person", every, ["vikram_human_seg", "ccp", "eg_portrait"]) == best_of(
-        "iou_person", every, None
-    )
-    assert best_of("iou_person", every, ["eg_portrait", "ccp"]) == (
+
+    def of(metric: str, train_sources: list[str] | None) -> str:  # as the engine forms it
+        return best_of(metric, every, selection_sources(every, train_sources))
+
+    assert of("iou_person", None) == ("val/iou_person over ccp,eg_portrait,vikram_human_seg")
+    assert of("iou_person", ["vikram_human_seg", "ccp", "eg_portrait"]) == of("iou_person", None)
+    assert of("iou_person", ["eg_portrait", "ccp"]) == (
         "val/train_sources/iou_person over ccp,eg_portrait"
     )
-    state = TrainState(best=0.9, best_of=best_of("iou_person", every, None))
-    state.choose_best_by(best_of("iou_person", every, every[::-1]))
+    state = TrainState(best=0.9, best_of=of("iou_person", None))
+    state.choose_best_by(of("iou_person", every[::-1]))
     assert state.best == 0.9
     with caplog.at_level("WARNING", logger="seg.engine.state"):
-        state.choose_best_by(best_of("iou_person", every, ["ccp", "eg_portrait"]))
+        state.choose_best_by(of("iou_person", ["ccp", "eg_portrait"]))
     assert state.best is None and "chosen afresh" in caplog.text
-    state = TrainState(best=0.9, best_of=best_of("pixel_acc", every, None))
-    state.choose_best_by(best_of("iou_person", every, None))
+    state = TrainState(best=0.9, best_of=of("pixel_acc", None))
+    state.choose_best_by(of("iou_person", None))
     assert state.best is None and state.best_of == "val/iou_person over " + ",".join(every)
     fresh = TrainState()
     fresh.choose_best_by("val/miou over ccp")

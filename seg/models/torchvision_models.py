@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.models import MobileNet_V3_Large_Weights, ResNet50_Weights, WeightsEnum
 from torchvision.models import segmentation as tvseg
 
-from seg.models.backbones import damaged_cache_error
+from seg.models.backbones import damaged_cache_error, torch_cache_file
 from seg.models.layers import SegmentationModel
 
 # name -> (torchvision builder, ImageNet weights of its backbone, has an auxiliary classifier)
@@ -52,15 +49,14 @@ def build_torchvision_net(
     try:
         return builder(weights=None, weights_backbone=weights, num_classes=num_classes, **kwargs)
     except OSError as err:  # urllib's URLError and socket errors are OSErrors
-        hub = os.path.join(torch.hub.get_dir(), "checkpoints")
         raise RuntimeError(
             f"model.pretrained=true: could not download torchvision's {weights} weights "
             f"for {name} from {weights.url} ({err}). Without internet, copy that file into "
-            f"{hub} (TORCH_HOME sets the cache) or set model.pretrained=false."
+            f"{torch_cache_file(weights.url).parent} (TORCH_HOME sets the cache) or set "
+            "model.pretrained=false."
         ) from err
     except Exception as err:
-        cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
-        damaged = damaged_cache_error(cached, weights.url)
+        damaged = damaged_cache_error(weights.url)
         if damaged is None:
             raise
         raise damaged from err
