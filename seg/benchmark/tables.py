@@ -14,8 +14,8 @@ def _f(value: float | None, fmt: str) -> str:
 def format_machine(result: dict[str, Any]) -> str:
     m, s = result["machine"], result["options"]["settings"]
     lines = [
-        f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['threads']} threads"
-        + (f", GPUs {m['gpus']}" if m.get("gpus") else ""),
+        f"machine: {m['cpu']} ({m.get('isa', '?')}), {m['cores']} cores, torch {m['torch']}, "
+        f"{m['threads']} threads" + (f", GPUs {m['gpus']}" if m.get("gpus") else ""),
         f"settings: device {s['device']}, precision {s['precision']}, batch {s['batch']}, "
         f"{s['size'][0]}x{s['size'][1]}, channels_last={s['channels_last']}",
     ]

@@ -135,16 +135,21 @@ def model_metadata(model: nn.Module, cfg: Config) -> dict[str, str]:
     }
 
 
-def onnx_session(path: Path, providers: list[Any] | None = None, threads: int = 0) -> Any:
+def onnx_session(
+    path: Path, providers: list[Any] | None = None, threads: int = 0, optimize: bool = True
+) -> Any:
     """An ONNX Runtime session (CPU unless ``providers`` says otherwise), with all graph
-    optimisations; ``threads`` > 0 caps its intra-op threads (0: ONNX Runtime's default, one
-    per physical core)."""
+    optimisations (none with ``optimize=False``: every node runs as written, so a quantised
+    graph's DequantizeLinear -> float op -> QuantizeLinear are not fused into integer kernels);
+    ``threads`` > 0 caps its intra-op threads (0: ONNX Runtime's default, one per physical
+    core)."""
     import onnxruntime as ort
 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: ONNX file does not exist")
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    level = ort.GraphOptimizationLevel
+    options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
     if threads > 0:
         options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1  # one graph at a time: the batch is the parallelism
