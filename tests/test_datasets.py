@@ -58,16 +58,24 @@ def test_grayscale_jpeg_becomes_rgb_and_small_mask_is_resized(data_env: Path) ->
 
 
 def test_human_mix_trains_on_the_union_and_evaluates_per_source(data_env: Path) -> None:
-    cfg = DataConfig()  # human_mix, all three sources
+    cfg = DataConfig()  # human_mix: three training sources and coco128_seg, validated only
     train = build_dataset(cfg, "train")
     assert len(train) == 1161 + 702 + 203
     assert {r.source for r in train.refs} == {"eg_portrait", "ccp", "vikram_human_seg"}
-    per_source = build_eval_datasets(cfg, "test")
-    assert {k: len(v) for k, v in per_source.items()} == {
-        "eg_portrait": 264,
-        "ccp": 201,
-        "vikram_human_seg": 58,
-    }
+    assert train_source_names(cfg) == ["eg_portrait", "ccp", "vikram_human_seg"]
+    for split in ("val", "test"):
+        per_source = build_eval_datasets(cfg, split)
+        assert {k: len(v) for k, v in per_source.items()} == {
+            "eg_portrait": 264 if split == "test" else 129,
+            "ccp": 201 if split == "test" else 100,
+            "vikram_human_seg": 58 if split == "test" else 29,
+            "coco128_seg": 128,  # every photo: it is never trained on
+        }
+    no_coco = dataclasses.replace(cfg, val_sources=[])
+    assert list(build_eval_datasets(no_coco, "val")) == ["eg_portrait", "ccp", "vikram_human_seg"]
+    for bad in (["ccp"], ["coco128_seg", "coco128_seg"]):
+        with pytest.raises(ValueError, match=r"data\.val_sources=.*'coco128_seg'.*train_sources"):
+            build_eval_datasets(dataclasses.replace(cfg, val_sources=bad), "val")
 
 
 def test_train_sources_hold_sources_out_of_training_only(data_env: Path) -> None:
@@ -75,12 +83,13 @@ def test_train_sources_hold_sources_out_of_training_only(data_env: Path) -> None
     train = build_dataset(cfg, "train")
     assert len(train) == 702 and {r.source for r in train.refs} == {"ccp"}
     assert train_source_names(cfg) == ["ccp"]
-    assert sorted(build_eval_datasets(cfg, "val")) == ["ccp", "eg_portrait", "vikram_human_seg"]
-    assert {r.source for r in build_dataset(cfg, "test").refs} == set(SOURCE_NAMES)
+    validated = sorted(build_eval_datasets(cfg, "val"))
+    assert validated == ["ccp", "coco128_seg", "eg_portrait", "vikram_human_seg"]
+    assert {r.source for r in build_dataset(cfg, "test").refs} == {*SOURCE_NAMES, "coco128_seg"}
     # The pool of pasted people is the training set: no held-out source is ever pasted.
     aug = dataclasses.replace(AugConfig(), paste_p=1.0)
     train = build_train_dataset(cfg, aug, seed=0)
-    assert train.transform.transforms[0].pool is train
+    assert train.transform.transforms[0].pool.refs == train.refs
     two = dataclasses.replace(cfg, train_sources=["vikram_human_seg", "eg_portrait"])
     assert train_source_names(two) == ["eg_portrait", "vikram_human_seg"]  # data.sources order
     assert len(build_dataset(two, "train")) == 1161 + 203
@@ -110,9 +119,10 @@ def test_train_sources_of_a_single_dataset_may_name_it(data_env: Path) -> None:
 
 def test_split_ids_are_written_and_disjoint(data_env: Path, tmp_path: Path) -> None:
     paths = save_splits(DataConfig(), tmp_path / "splits")
-    assert len(paths) == 9
+    assert len(paths) == 12
     ids = {p.stem: p.read_text().split() for p in paths}
     assert len(ids["eg_portrait_test"]) == 264
+    assert not ids["coco128_seg_train"] and ids["coco128_seg_val"] == ids["coco128_seg_test"]
     for source in ("eg_portrait", "ccp", "vikram_human_seg"):
         parts = [set(ids[f"{source}_{s}"]) for s in ("train", "val", "test")]
         assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])

@@ -437,6 +437,8 @@ def test_source_table_matches_the_shared_copy(shared_datasets):
     for source in SOURCES.values():
         folder = shared_datasets / source.name
         kept = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+        if source.into:  # files beside into/ are the copy's own notes (README, exclusions)
+            kept = [rel for rel in kept if rel.startswith(source.into + "/")]
         assert all(source.wants(rel) for rel in kept), [r for r in kept if not source.wants(r)]
         for rel, count in source.counts.items():
             assert len(os.listdir(folder / rel)) == count, (source.name, rel)
@@ -471,3 +473,50 @@ def test_cli_all_finds_an_existing_copy(shared_datasets, tmp_path):
     assert result.returncode == 0, result.stderr
     for name in SOURCES:
         assert f"{name}: {shared_datasets / name}" in result.stdout
+
+
+def _repo_archive(source, files: dict[str, bytes]) -> bytes:
+    """A GitHub-style archive of ``source``'s repository holding ``files`` (repository paths)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for rel, data in files.items():
+            _add(tar, f"{source.archive_top}/{rel}", data)
+    return buf.getvalue()
+
+
+def test_a_dataset_from_a_repository_folder_and_a_curated_subset(server, shared_datasets, tmp_path):
+    """coco128_seg comes from the coco128-seg/ folder of its repository, into the dataset's
+    top; imagenet_negatives takes only the photos its manifest names, into images/ (the
+    repository's other photos show people)."""
+    coco = shared_datasets / "coco128_seg"
+    stems = ("000000000009", "000000000025")
+    wanted = [f"images/train2017/{s}.jpg" for s in stems] + [
+        f"labels/train2017/{s}.txt" for s in stems
+    ]
+    small = dataclasses.replace(
+        SOURCES["coco128_seg"],
+        counts={"images/train2017": 2, "labels/train2017": 2},
+        digests={
+            k: v for k, v in read_manifest(manifest_path("coco128_seg")).items() if k in wanted
+        },
+    )
+    repo = {f"coco128-seg/{rel}": (coco / rel).read_bytes() for rel in wanted}
+    repo["README.md"] = b"the repository's own readme: not the dataset's"
+    repo["coco128/images/train2017/000000000009.jpg"] = b"another folder"
+    server.files["/coco.tar.gz"] = _repo_archive(small, repo)
+    out = download_dataset(small, tmp_path / "data", url=server.url("/coco.tar.gz"))
+    assert sorted(_files(out)) == sorted([*wanted, MARKER])
+    assert all(_files(out)[rel] == (coco / rel).read_bytes() for rel in wanted)
+
+    negatives = shared_datasets / "imagenet_negatives" / "images"
+    kept = sorted(p.name for p in negatives.iterdir())[:2]
+    source = dataclasses.replace(
+        SOURCES["imagenet_negatives"],
+        counts={"images": 2},
+        digests={f"images/{n}": sha256_file(negatives / n) for n in kept},
+    )
+    repo = {name: (negatives / name).read_bytes() for name in kept}
+    repo["n09999999_a_person.JPEG"] = b"a photo that shows a person: not in the manifest"
+    server.files["/neg.tar.gz"] = _repo_archive(source, repo)
+    out = download_dataset(source, tmp_path / "data", url=server.url("/neg.tar.gz"))
+    assert sorted(_files(out)) == sorted([*(f"images/{n}" for n in kept), MARKER])

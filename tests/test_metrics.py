@@ -450,6 +450,32 @@ def test_merge_sums_counts_and_refuses_other_settings() -> None:
     merged = SegMetrics().merge_(one).merge_(two)
     pairs = zip(merged.state_tensors(), both.state_tensors(), strict=True)
     assert all(torch.equal(a, b) for a, b in pairs)
-    assert merged.compute() == both.compute()
+    assert merged.compute() == pytest.approx(both.compute(), nan_ok=True, abs=0)
     with pytest.raises(ValueError, match="settings differ"):
         SegMetrics.confusion_only(2).merge_(one)
+
+
+def test_photos_without_people_are_counted_on_their_own() -> None:
+    """Per photo without people (labelled pixels, no person among them): the share of its
+    labelled pixels predicted person; the mean over such photos, and the share of them over
+    1%. Photos with people, and photos with no labelled pixel, are not among them; the false
+    people still count in the confusion matrix (the IoU)."""
+    target = torch.zeros(4, 10, 10, dtype=torch.long)
+    target[0, :5] = 1  # a photo with a person
+    target[1, 0, 0] = 255  # without people, 99 labelled pixels
+    target[3] = 255  # nothing labelled
+    pred = torch.zeros_like(target)
+    pred[1, 5:] = 1  # 50 of 99 labelled pixels
+    pred[2, 0, 0] = 1  # 1 of 100: not over 1%
+    pred[3] = 1
+    parts = [SegMetrics.confusion_only(2), SegMetrics.confusion_only(2)]
+    parts[0].update(pred[:2], target[:2])
+    parts[1].update(pred[2:], target[2:])
+    merged = SegMetrics.confusion_only(2).merge_(parts[0]).merge_(parts[1])
+    out = merged.compute()
+    assert out["empty_images"] == 2 and out["empty_over_1pct"] == 0.5
+    assert out["empty_person_share"] == pytest.approx((50 / 99 + 1 / 100) / 2, abs=1e-6)
+    assert int(merged.confusion[0, 1]) == 51
+    with_people = SegMetrics.confusion_only(2)
+    with_people.update(pred[:1], target[:1])
+    assert math.isnan(with_people.compute()["empty_person_share"])

@@ -34,6 +34,7 @@ class MaskEncoding(str, Enum):
     labels = "labels"  # label map, every label > 0 is (a part of) the person
     instances = "instances"  # instance ids, every id > 0 is a person
     alpha = "alpha"  # alpha matte 0..255, person where alpha >= alpha_threshold
+    yolo = "yolo"  # YOLO segmentation labels: class-0 (COCO person) polygons (seg/data/coco.py)
 
 
 class Interpolation(str, Enum):
@@ -71,6 +72,15 @@ class DataConfig:
     # ... and those whose train splits are joined: null = all of ``sources``. Naming fewer holds
     # sources out, to measure how a model trained on the others generalises to them.
     train_sources: list[str] | None = None
+    # human_mix only: sources that are validated and tested, never trained on and never steering
+    # a run (as a held-out source): coco128_seg, photos unlike the training sources, with and
+    # without people. [] = none.
+    val_sources: list[str] = field(default_factory=lambda: ["coco128_seg"])
+    # Photos without people mixed into training as all-background samples: ``negatives_p`` of
+    # each epoch's samples (0 = none), from ``negatives``: "imagenet_negatives" (a dataset
+    # fetched like the others) or a folder of photos (relative to data.root, or absolute).
+    negatives: str = "imagenet_negatives"
+    negatives_p: float = 0.0
     # Fractions for the deterministic splits of sets that publish none (ccp, vikram, folder),
     # and val_fraction also for the validation split carved from eg_portrait's official train list.
     val_fraction: float = 0.1

@@ -11,8 +11,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from seg.config import DataConfig
-from seg.data.datasets import list_source
-from seg.data.io import BadSampleError, encode_mask, fit_mask_to_image, read_image, read_mask_array
+from seg.data.datasets import list_source, read_pair
+from seg.data.io import BadSampleError
 from seg.data.listing import SampleRef, person_fraction
 
 
@@ -70,13 +70,7 @@ class _ScanSet(Dataset):
     def __getitem__(self, index: int) -> dict:
         ref = self.refs[index]
         try:
-            image = read_image(ref.image)
-            spec = ref.mask_spec
-            raw = read_mask_array(ref.mask, spec.mat_key)
-            mask = encode_mask(
-                raw, spec.encoding, ref.mask, spec.alpha_threshold, spec.ignore_value
-            )
-            fitted = fit_mask_to_image(mask, image.shape[:2], ref.mask, self.tolerance)
+            image, fitted, resized = read_pair(ref, self.tolerance)
         except BadSampleError as err:
             return {"id": ref.id, "problem": str(err)}
         with Image.open(ref.image) as header:  # reads the header only
@@ -85,7 +79,7 @@ class _ScanSet(Dataset):
             "id": ref.id,
             "size": (image.shape[1], image.shape[0]),
             "person": person_fraction(fitted),
-            "resized": mask.shape != fitted.shape,
+            "resized": resized,
             "gray": gray,
         }
 

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName
+from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName, MaskEncoding
+from seg.data.coco import list_coco128, list_negatives, read_yolo_mask
 from seg.data.download import ensure_dataset, resolve_data_root
 from seg.data.folder import list_folder
 from seg.data.io import (
@@ -27,7 +28,9 @@ from seg.fileio import write_text
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg")
+SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg")  # training sources of human_mix
+VAL_SOURCE_NAMES = ("coco128_seg",)  # sources that are only ever validated and tested
+NEGATIVES = "imagenet_negatives"  # the photos without people that data.negatives names
 _IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 _IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
@@ -65,12 +68,7 @@ class SegDataset(Dataset):
 
     def load_raw(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Return uint8 RGB (H, W, 3) and uint8 mask (H, W) in {0, 1, 255}, same size."""
-        ref = self.refs[index]
-        image = read_image(ref.image)
-        spec = ref.mask_spec
-        raw = read_mask_array(ref.mask, spec.mat_key)
-        mask = encode_mask(raw, spec.encoding, ref.mask, spec.alpha_threshold, spec.ignore_value)
-        mask = fit_mask_to_image(mask, image.shape[:2], ref.mask, self.mask_resize_tolerance)
+        image, mask, _ = read_pair(self.refs[index], self.mask_resize_tolerance)
         return image, mask
 
     def __getitem__(self, index: int) -> dict:
@@ -102,6 +100,22 @@ class SegDataset(Dataset):
         }
 
 
+def read_pair(ref: SampleRef, tolerance: float) -> tuple[np.ndarray, np.ndarray, bool]:
+    """uint8 RGB (H, W, 3), its uint8 mask (H, W) in {0, 1, 255}, and whether the mask file was
+    smaller than the photo and resized to it (within ``tolerance``, see ``fit_mask_to_image``).
+    A ref without a mask file is a photo without people: all background."""
+    image = read_image(ref.image)
+    spec = ref.mask_spec
+    if ref.mask is None:
+        return image, np.zeros(image.shape[:2], np.uint8), False
+    if spec.encoding is MaskEncoding.yolo:
+        return image, read_yolo_mask(ref.mask, image.shape[:2]), False
+    raw = read_mask_array(ref.mask, spec.mat_key)
+    mask = encode_mask(raw, spec.encoding, ref.mask, spec.alpha_threshold, spec.ignore_value)
+    fitted = fit_mask_to_image(mask, image.shape[:2], ref.mask, tolerance)
+    return image, fitted, fitted.shape != mask.shape
+
+
 def list_source(cfg: DataConfig, name: str) -> Listing:
     """List one real source (or the ``folder`` dataset) under the configured data root.
 
@@ -111,9 +125,12 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
     policy = BadSamplePolicy(cfg.on_bad_sample)
     if name == DatasetName.folder.value:
         return list_folder(root, cfg.folder, cfg.val_fraction, cfg.test_fraction, policy)
-    if name not in SOURCE_NAMES:
-        raise ValueError(f"unknown dataset source {name!r}; valid: {[*SOURCE_NAMES, 'folder']}")
+    valid = [*SOURCE_NAMES, *VAL_SOURCE_NAMES]
+    if name not in valid:
+        raise ValueError(f"unknown dataset source {name!r}; valid: {[*valid, 'folder']}")
     folder = ensure_dataset(name, root, cfg.download)
+    if name == "coco128_seg":
+        return list_coco128(folder, policy)
     if name == "eg_portrait":
         return list_eg_portrait(folder, cfg.val_fraction, policy)
     if name == "ccp":
@@ -121,8 +138,41 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
     return list_vikram(folder, cfg.val_fraction, cfg.test_fraction, policy)
 
 
+def list_negatives_of(cfg: DataConfig) -> Listing:
+    """The photos without people that ``data.negatives`` names: the ``imagenet_negatives``
+    dataset (fetched when missing and ``data.download`` is on), or a folder of photos
+    (relative to the data root, or absolute)."""
+    root = resolve_data_root(cfg.root)
+    if cfg.negatives == NEGATIVES:
+        return list_negatives(ensure_dataset(NEGATIVES, root, cfg.download) / "images", NEGATIVES)
+    folder = root / Path(cfg.negatives).expanduser()  # an absolute path replaces the root
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"data.negatives={cfg.negatives!r}: no folder {folder}; expected {NEGATIVES!r} or a "
+            "folder of photos without people"
+        )
+    return list_negatives(folder)
+
+
+def negative_refs(cfg: DataConfig, positives: int, seed: int = 0) -> list[SampleRef]:
+    """The photos without people of each epoch: ``data.negatives_p`` of its samples besides
+    ``positives`` photos with people, taken from the folder in an order drawn from ``seed``
+    (the same ones every epoch of a run; when the share needs more photos than the folder has,
+    each is used before any repeats)."""
+    share = cfg.negatives_p
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+        raise ValueError(f"data.negatives_p={share!r} must be a share in [0, 1)")
+    if share == 0:
+        return []
+    refs = list(list_negatives_of(cfg).refs.values())
+    order = np.random.default_rng(seed).permutation(len(refs))
+    count = round(positives * share / (1 - share))
+    return [refs[order[i % len(refs)]] for i in range(count)]
+
+
 def source_names(cfg: DataConfig) -> list[str]:
-    """The sources a data config reads: its ``sources`` for human_mix, else its own name.
+    """The sources a data config reads: its ``sources`` and ``val_sources`` for human_mix, else
+    its own name.
 
     Validation and test report each of them; ``data.train_sources`` is checked here too, so a
     bad name fails whichever split is built first.
@@ -139,6 +189,13 @@ def source_names(cfg: DataConfig) -> list[str]:
                 f"data.sources has unknown names {unknown}; valid: {list(SOURCE_NAMES)}"
             )
         names = list(cfg.sources)
+        extra = list(cfg.val_sources or [])
+        if [s for s in extra if s not in VAL_SOURCE_NAMES] or len(set(extra)) < len(extra):
+            raise ValueError(
+                f"data.val_sources={extra} must name each of {list(VAL_SOURCE_NAMES)} at most "
+                "once ([] for none); to validate a training source without training on it, "
+                "use data.train_sources"
+            )
     chosen = None if cfg.train_sources is None else list(cfg.train_sources)
     if chosen is not None and (
         not chosen or len(set(chosen)) < len(chosen) or not set(chosen) <= set(names)
@@ -147,13 +204,14 @@ def source_names(cfg: DataConfig) -> list[str]:
             f"data.train_sources={chosen} must name each source once, one or more of {names} "
             f"(data.sources for human_mix), or be null for all of them"
         )
-    return names
+    return names if name != DatasetName.human_mix.value else names + extra
 
 
 def train_source_names(cfg: DataConfig) -> list[str]:
     """The sources whose train splits are joined: ``data.train_sources`` (in the order of
-    ``data.sources``), or all of ``source_names(cfg)`` when it is null."""
-    names = source_names(cfg)
+    ``data.sources``), or all of ``source_names(cfg)`` but ``data.val_sources`` when it is
+    null."""
+    names = [n for n in source_names(cfg) if n not in VAL_SOURCE_NAMES]
     return names if cfg.train_sources is None else [n for n in names if n in cfg.train_sources]
 
 
@@ -169,9 +227,13 @@ def build_dataset(cfg: DataConfig, split: str, transform: Transform | None = Non
 
 def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = None) -> SegDataset:
     """The train split with the training transform, which pastes people (``aug.paste_p``) from
-    this same dataset: only training sources and ids are ever pasted."""
-    dataset = build_dataset(data, "train")
-    dataset.transform = build_train_transform(aug, seed, pool=dataset)
+    the split's photos with people: only training sources and ids are ever pasted. With
+    ``data.negatives_p`` photos without people follow them (``negative_refs``), people pasted
+    onto them as onto any other."""
+    people = build_dataset(data, "train")
+    refs = people.refs + negative_refs(data, len(people), seed or 0)
+    dataset = SegDataset(refs, None, data.on_bad_sample, data.mask_resize_tolerance)
+    dataset.transform = build_train_transform(aug, seed, pool=people)
     return dataset
 
 
@@ -208,11 +270,13 @@ def save_splits(cfg: DataConfig, out_dir: Path) -> list[Path]:
 __all__ = [
     "IGNORE_INDEX",
     "SOURCE_NAMES",
+    "VAL_SOURCE_NAMES",
     "SegDataset",
     "build_dataset",
     "build_eval_datasets",
     "build_train_dataset",
     "list_source",
+    "read_pair",
     "save_splits",
     "source_names",
     "train_source_names",

@@ -66,6 +66,9 @@ class DatasetSource:
     counts: Mapping[str, int] = field(hash=False)
     required: tuple[str, ...] = ()
     note: str = ""  # anything a person fetching it by hand must know
+    folder: str = ""  # the repository folder that holds the dataset ("": the whole repository)
+    into: str = ""  # the dataset's folder that its files go to ("": the dataset's top)
+    only_manifest: bool = False  # keep only the files the manifest names (a curated subset)
     # {path: sha256} of every kept file; None: the manifest that ships (seg/data/manifests/).
     digests: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
 
@@ -87,8 +90,18 @@ class DatasetSource:
         """``digests``, or the shipped manifest of ``name``."""
         return self.digests if self.digests is not None else read_manifest(manifest_path(self.name))
 
+    def dataset_path(self, repo_path: str) -> str | None:
+        """Where the repository file ``repo_path`` (posix, no top folder) goes in the dataset's
+        folder: below ``into``, without ``folder``; None for a file outside ``folder``."""
+        if self.folder:
+            if not repo_path.startswith(self.folder + "/"):
+                return None
+            repo_path = repo_path[len(self.folder) + 1 :]
+        return f"{self.into}/{repo_path}" if self.into else repo_path
+
     def wants(self, relpath: str) -> bool:
-        """Whether the repository file ``relpath`` (posix, no top folder) is kept."""
+        """Whether the dataset file ``relpath`` (posix, relative to the dataset's folder) is
+        kept, by ``members``; with ``only_manifest``, extraction also asks the manifest."""
         parts = relpath.split("/")
         for pattern in self.members:
             pattern_parts = pattern.split("/")
@@ -142,6 +155,26 @@ SOURCES: dict[str, DatasetSource] = {
             members=("README*", "Training_Images/*.jpg", "Ground_Truth/*.png"),
             counts={"Training_Images": 290, "Ground_Truth": 290},
         ),
+        DatasetSource(
+            name="coco128_seg",
+            repo="Goodccccl/yolov8_python",
+            commit="0f2dcc3495e32245968452037ee54595d3af69f7",
+            folder="coco128-seg",
+            members=("README*", "LICENSE*", "images/train2017/*.jpg", "labels/train2017/*.txt"),
+            counts={"images/train2017": 128, "labels/train2017": 128},
+            note="only its coco128-seg/ folder (Ultralytics' coco128-seg.zip holds the same)",
+        ),
+        DatasetSource(
+            name="imagenet_negatives",
+            repo="EliSchwartz/imagenet-sample-images",
+            commit="bc69043e2862758a1906c6a24a792bb28c6bb2ff",
+            into="images",
+            members=("images/*.JPEG",),
+            counts={"images": 442},
+            only_manifest=True,
+            note="only the 442 photos without people that seg/data/manifests/"
+            "imagenet_negatives.sha256 names, into images/",
+        ),
     )
 }
 
@@ -194,13 +227,15 @@ def manual_instructions(source: DatasetSource, root: Path) -> str:
     target = Path(root) / source.name
     parts = [f"{rel}/ ({n} files)" for rel, n in source.counts.items()] + list(source.required)
     note = f"; {source.note}" if source.note else ""
+    top = f"{source.archive_top}/{source.folder}".rstrip("/")
+    into = f"{target}/{source.into}".rstrip("/")
     return (
         f"To get {source.name!r}, do one of:\n"
         f"  1. run: python scripts/download_data.py {source.name} --root {root}\n"
         f"  2. by hand: download {source.url}\n"
         f"     (repository {source.repo}, commit {source.commit}), unpack it and copy\n"
-        f"     {', '.join(parts)} (and README/LICENSE if present) from its top folder\n"
-        f"     {source.archive_top}/ into {target}/, keeping the same layout{note}\n"
+        f"     {', '.join(parts)} (and README/LICENSE if present) from its folder\n"
+        f"     {top}/ into {into}/, keeping the same layout{note}\n"
         f"     (or fetch the archive elsewhere and run step 1 with\n"
         f"     --url file:///path/to/{source.commit}.tar.gz);\n"
         f"  3. use an existing copy: set {ENV_DATA_DIR}=/path/to/datasets (or data.root=...),\n"
@@ -247,10 +282,12 @@ def _relative(name: str, top: str | None) -> tuple[str, str]:
 def _extract(source: DatasetSource, archive: Path, dest: Path) -> int:
     """Copy the wanted regular files of ``archive`` into ``dest``; return how many."""
     copied, top = 0, None
+    listed = source.expected_digests() if source.only_manifest else None
     with tarfile.open(archive, "r:*") as tar:
         for member in tar:
-            top, rel = _relative(member.name, top)
-            if not rel or not source.wants(rel):
+            top, repo_path = _relative(member.name, top)
+            rel = source.dataset_path(repo_path) if repo_path else None
+            if not rel or not source.wants(rel) or (listed is not None and rel not in listed):
                 continue
             if not member.isfile():  # a link could point anywhere; the data holds none
                 raise DownloadError(f"{member.name} in the archive is not a regular file")

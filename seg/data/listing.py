@@ -43,7 +43,7 @@ class SampleRef:
     id: str
     source: str
     image: Path
-    mask: Path
+    mask: Path | None  # None: no mask file, every pixel is background (a photo without people)
     mask_spec: MaskSpec
 
 

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from seg import distributed as du
 from seg.checkpoint import CheckpointError
 from seg.config import Config
-from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset
+from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset, train_source_names
 from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.checkpoint import restore_rng
 from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
@@ -165,7 +165,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
-    selection = selection_sources(list(val_sets), cfg.data.train_sources)
+    selection = selection_sources(list(val_sets), train_source_names(cfg.data))
     chosen = selection or list(val_sets)
     if not sum(len(val_sets[name]) for name in chosen):
         # Every validation would be NaN and best.pt never written: say so now.

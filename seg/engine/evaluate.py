@@ -99,8 +99,9 @@ def selection_sources(
     validated: Sequence[str], train_sources: Sequence[str] | None
 ) -> list[str] | None:
     """The validated sources that steer a run (``best.pt``, the pixel-accuracy target,
-    ``trainer.stop_at_target``) when some validated source is held out of training
-    (``data.train_sources``), else None: all of them (``val/<metric>``)."""
+    ``trainer.stop_at_target``) when some validated source is not trained on (held out by
+    ``data.train_sources``, or only validated: ``data.val_sources``), else None: all of them
+    (``val/<metric>``). ``train_sources``: the sources trained on (``train_source_names``)."""
     if train_sources is None:
         return None
     chosen = [name for name in validated if name in train_sources]

@@ -50,6 +50,8 @@ SUMMARY_KEYS = (
     "bf_2",
     "bf_5",
     "boundary_iou",
+    "empty_person_share",
+    "empty_over_1pct",
 )
 
 
@@ -90,6 +92,7 @@ def summary(metrics: SegMetrics) -> dict[str, float | int]:
     values = metrics.compute()
     out: dict[str, float | int] = {k: values.get(k, float("nan")) for k in SUMMARY_KEYS}
     out["images"] = int(metrics.images)
+    out["empty_images"] = int(metrics.empty[0])
     return out
 
 
@@ -146,9 +149,19 @@ def gallery_name(rank: int, k: int, source: str, name: str) -> str:
     return f"{rank:0{width}d}_{source}_{safe}.png"
 
 
+# Photos without people: the mean share of their pixels labelled person, and the share of them
+# with more than 1% labelled person (seg.metrics.accumulator).
+EMPTY_COLUMNS = [("empty_person_share", "empty px"), ("empty_over_1pct", "empty>1%")]
+EMPTY_NOTE = (
+    "empty px / empty>1%: on photos without people, the mean share of pixels labelled person "
+    "and the share of such photos with more than 1% (n/a: the source has none)"
+)
+
+
 def format_table(result: dict[str, Any]) -> str:
     """Per source and overall: images, pixel accuracy, person IoU, mIoU, Dice, BF, Boundary
-    IoU; then ``pixel accuracy X% vs target T%: PASS/FAIL``."""
+    IoU, and on photos without people (where a source has any) the mean share labelled person
+    and the share of them over 1%; then ``pixel accuracy X% vs target T%: PASS/FAIL``."""
     cols = [
         ("pixel_acc", "pixel acc"),
         ("iou_person", "person IoU"),
@@ -157,13 +170,15 @@ def format_table(result: dict[str, Any]) -> str:
         ("bf_2", "BF@2"),
         ("bf_5", "BF@5"),
         ("boundary_iou", "B-IoU"),
+        *EMPTY_COLUMNS,
     ]
     head = f"{'source':<18} {'images':>6} " + " ".join(f"{h:>10}" for _, h in cols)
     lines = [head]
     rows = [*result["per_source"].items(), ("all", result["overall"])]
     for name, m in rows:
-        values = " ".join(f"{percent(_nan(m[k])):>10}" for k, _ in cols)
+        values = " ".join(f"{percent(_nan(m.get(k))):>10}" for k, _ in cols)
         lines.append(f"{name:<18} {m['images']:>6} {values}")
+    lines.append(EMPTY_NOTE)
     lines.append(target_line(_nan(result["overall"]["pixel_acc"]), result["target_pixel_acc"]))
     return "\n".join(lines)
 
@@ -192,12 +207,13 @@ def format_training_report(metrics: dict[str, Any], sources: list[str], target: 
     if f"confusion/{TRAIN_SOURCES}" in metrics:
         judged = f"val/{TRAIN_SOURCES}/"
         rows.append(("training sources", judged))
-    lines = [f"{'source':<20} {'pixel acc':>10} {'person IoU':>11} {'mIoU':>8}"]
+    head = ["pixel acc", "person IoU", "mIoU", *(h for _, h in EMPTY_COLUMNS)]
+    lines = [f"{'source':<20} " + " ".join(f"{h:>10}" for h in head)]
+    keys = ["pixel_acc", "iou_person", "miou", *(k for k, _ in EMPTY_COLUMNS)]
     for name, prefix in rows:
-        acc, iou, miou = (
-            percent(metrics.get(prefix + k)) for k in ("pixel_acc", "iou_person", "miou")
-        )
-        lines.append(f"{name:<20} {acc:>10} {iou:>11} {miou:>8}")
+        values = " ".join(f"{percent(_nan(metrics.get(prefix + k))):>10}" for k in keys)
+        lines.append(f"{name:<20} {values}")
+    lines.append(EMPTY_NOTE)
     lines.append(target_line(metrics.get(judged + "pixel_acc", float("nan")), target))
     reached = metrics.get("target_reached")
     if reached:

@@ -39,7 +39,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from seg.config import Config, DataConfig
-from seg.data import list_source, source_names
+from seg.data import list_source, train_source_names
 from seg.data.io import read_image
 from seg.data.transforms import check_aug_config
 from seg.fileio import temp_beside
@@ -67,7 +67,7 @@ SETTINGS = "qdq-u8s8-per-channel-w7"
 def training_photos(data: DataConfig, count: int = CALIBRATION_PHOTOS) -> list[Path]:
     """``count`` image files of the train split of ``data``'s training sources, spread evenly
     over them in listing order (the same files every time)."""
-    sources = list(data.train_sources or source_names(data))
+    sources = train_source_names(data)
     local = dataclasses.replace(data, download=False)  # never a download to calibrate
     try:
         refs = [ref for name in sources for ref in list_source(local, name).split_refs("train")]

@@ -23,6 +23,9 @@ from seg.metrics.boundary import (
 from seg.metrics.confusion import confusion_matrix, metrics_from_confusion
 from seg.metrics.format import ratio
 
+EMPTY_ALARM = 0.01  # a photo without people "finds" one when > 1% of its frame is labelled so
+PPM = 1_000_000  # per-image shares are summed in millionths: int64 counts stay exact under DDP
+
 
 class SegMetrics:
     """Accumulates a confusion matrix and boundary counts over batches; exact under DDP.
@@ -31,6 +34,12 @@ class SegMetrics:
     1) against the rest; they are computed per image on the CPU with OpenCV and summed as counts,
     so ``bf_<t>`` and ``boundary_iou`` are dataset-level ratios of summed counts (as the IoU from
     the confusion matrix), not means of per-image ratios.
+
+    Photos without people (labelled pixels, none of them ``boundary_class``) are also counted
+    on their own: ``empty_person_share`` is the mean over them of the share of their labelled
+    pixels predicted as the class, ``empty_over_1pct`` the share of them with more than
+    ``EMPTY_ALARM`` of it, ``empty_images`` how many there were (both ratios NaN for none).
+    Their pixels stay in the confusion matrix too: a false person lowers the IoU.
 
     Typical use::
 
@@ -76,10 +85,12 @@ class SegMetrics:
         )
         self.boundary_iou = zeros(2, dtype=torch.int64, device=self.device)  # (intersection, union)
         self.images = zeros((), dtype=torch.int64, device=self.device)
+        # Photos without people: (count, count over EMPTY_ALARM, sum of person shares in PPM).
+        self.empty = zeros(3, dtype=torch.int64, device=self.device)
 
     def state_tensors(self) -> list[Tensor]:
         """The live int64 state; in-place changes (e.g. an all-reduce sum) change the counts."""
-        return [self.confusion, self.boundary, self.boundary_iou, self.images]
+        return [self.confusion, self.boundary, self.boundary_iou, self.images, self.empty]
 
     def reduce_(self, fn: Callable[[Tensor], object]) -> None:
         """Apply an in-place sum (e.g. ``all_reduce_sum_``) to every state tensor, in a fixed
@@ -120,6 +131,7 @@ class SegMetrics:
         cm = confusion_matrix(pred, target, self.num_classes, self.ignore_index)
         self.confusion += cm.to(self.device)
         self.images += pred.shape[0]
+        self.empty += self._empty_counts(pred, target).to(self.device)
         if not self._needs_boundaries:
             return
         # Labels were validated by confusion_matrix; the rest is per image on the CPU (OpenCV).
@@ -139,15 +151,33 @@ class SegMetrics:
         self.boundary += torch.from_numpy(bf).to(self.device)
         self.boundary_iou += torch.from_numpy(biou).to(self.device)
 
+    def _empty_counts(self, pred: Tensor, target: Tensor) -> Tensor:
+        """(photos without people, those with > EMPTY_ALARM predicted, sum of shares in PPM)."""
+        k = self.boundary_class
+        labelled = (target != self.ignore_index).flatten(1)
+        pixels = labelled.sum(1)
+        truth = ((target.flatten(1) == k) & labelled).sum(1)
+        empty = (pixels > 0) & (truth == 0)
+        found = ((pred.flatten(1) == k) & labelled).sum(1)[empty]
+        share = found.double() / pixels[empty].double()
+        ppm = torch.round(share * PPM).long().sum()
+        return torch.stack([empty.sum(), (share > EMPTY_ALARM).sum(), ppm]).long()
+
     def compute(self) -> dict[str, float]:
         """Metrics of everything seen (after ``reduce_``, of every rank).
 
         Returns:
             the keys of :func:`metrics_from_confusion` (``pixel_acc``, ``miou``,
             ``iou_person``, ``dice_person``, ``precision_person``, ``recall_person``, ...),
-            ``bf_<t>`` per tolerance and ``boundary_iou`` (NaN when no band pixel was seen).
+            ``bf_<t>`` per tolerance and ``boundary_iou`` (NaN when no band pixel was seen),
+            ``empty_person_share``, ``empty_over_1pct`` and ``empty_images`` (photos without
+            people; see the class docstring).
         """
         out = metrics_from_confusion(self.confusion)
+        empty, over, ppm = self.empty.cpu().tolist()
+        out["empty_person_share"] = ratio(ppm / PPM, empty)
+        out["empty_over_1pct"] = ratio(over, empty)
+        out["empty_images"] = float(empty)
         for tol, row in zip(self.boundary_tolerances, self.boundary.cpu().tolist(), strict=True):
             out[f"bf_{tol}"] = fscore_from_counts(*row)["f"]
         if self.boundary_iou_ratio is not None:

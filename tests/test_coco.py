@@ -1,0 +1,123 @@
+"""COCO person masks (YOLO segmentation labels), coco128_seg as a validated-only source, and
+photos without people mixed into training."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from seg.config import AugConfig, DataConfig
+from seg.data import BadSampleError, build_train_dataset, list_source
+from seg.data.coco import list_negatives, read_yolo_mask
+from seg.data.datasets import negative_refs, read_pair
+
+
+def _shoelace(xy: np.ndarray) -> float:
+    x, y = xy[:, 0], xy[:, 1]
+    return 0.5 * abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))))
+
+
+def test_a_yolo_label_file_gives_the_union_of_the_person_polygons(tmp_path: Path) -> None:
+    """Class 0 polygons are filled at the photo's size (their area as the shoelace formula
+    says), other classes are not people, overlapping people are one mask."""
+    person = np.array([[0.1, 0.1], [0.5, 0.1], [0.5, 0.9], [0.1, 0.9]])
+    other = np.array([[0.6, 0.1], [0.9, 0.1], [0.75, 0.5]])
+    overlap = np.array([[0.3, 0.5], [0.7, 0.5], [0.7, 0.95], [0.3, 0.95]])
+    lines = [
+        f"{c} " + " ".join(f"{v:.6f}" for v in xy.ravel())
+        for c, xy in ((0, person), (45, other), (0, overlap))
+    ]
+    label = tmp_path / "photo.txt"
+    label.write_text("\n".join(lines) + "\n\n")
+    mask = read_yolo_mask(label, (200, 300))
+    assert mask.dtype == np.uint8 and set(np.unique(mask)) == {0, 1}
+    assert mask[:95, 160:].sum() == 0  # the class-45 object is not a person
+    scale = np.array([300, 200])
+    union = _shoelace(person * scale) + _shoelace(overlap * scale) - 0.2 * 0.4 * 300 * 200
+    assert abs(mask.sum() - union) / union < 0.03
+    only_other = tmp_path / "other.txt"
+    only_other.write_text(lines[1])
+    assert read_yolo_mask(only_other, (200, 300)).sum() == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("0 0.1 0.1 0.5", r"line 1: a polygon needs 3 or more x y pairs, got 3 values"),
+        ("person 0.1 0.1 0.5 0.1 0.5 0.5", r"line 1: expected '<class> x1 y1"),
+        ("0 0.1 0.1 0.5 0.1 0.5 0.5\n0 1 1 50 1 50 50", r"line 2: coordinates must be normalised"),
+    ],
+)
+def test_a_bad_label_line_names_the_file_and_the_line(tmp_path: Path, text, problem) -> None:
+    label = tmp_path / "bad.txt"
+    label.write_text(text)
+    with pytest.raises(BadSampleError, match=rf"bad\.txt.*{problem}"):
+        read_yolo_mask(label, (10, 10))
+
+
+def test_coco128_seg_is_validated_and_tested_never_trained(data_env: Path) -> None:
+    """128 photos in val and test, none in train; 61 show people (their masks drawn from the
+    polygons at the photo's size), the 67 others are all background, two of them without a
+    label file; the two label files without a photo are noted."""
+    listing = list_source(DataConfig(), "coco128_seg")
+    assert listing.splits["train"] == [] and len(listing.splits["val"]) == 128
+    assert listing.splits["test"] == listing.splits["val"]
+    assert any("000000000656" in note for note in listing.notes)
+    people = 0
+    for ref in listing.refs.values():
+        image, mask, resized = read_pair(ref, 0.01)
+        assert mask.shape == image.shape[:2] and not resized
+        people += bool(mask.any())
+    assert people == 61
+    assert listing.refs["000000000250"].mask is None  # no label file: no objects
+
+
+def test_negatives_are_a_share_of_the_epoch_and_never_pasted_from(
+    data_env: Path, tmp_path: Path
+) -> None:
+    """data.negatives_p of the training samples are photos without people (all background),
+    drawn without repeats while the folder lasts; people are pasted onto them, never taken
+    from them; any folder of photos serves."""
+    data = DataConfig(name="vikram_human_seg", negatives_p=0.2)
+    train = build_train_dataset(data, dataclasses.replace(AugConfig(), paste_p=1.0), seed=0)
+    negatives = [r for r in train.refs if r.source == "imagenet_negatives"]
+    assert len(train.refs) - len(negatives) == 203 and len(negatives) == round(203 * 0.25)
+    assert len({r.id for r in negatives}) == len(negatives)
+    pool = train.transform.transforms[0].pool
+    assert all(r.source == "vikram_human_seg" for r in pool.refs)
+    sample = train[len(train) - 1]  # a negative with people pasted on it
+    assert (sample["mask"] == 1).any()
+
+    folder = tmp_path / "backgrounds"
+    folder.mkdir()
+    for i in range(3):
+        cv2.imwrite(str(folder / f"{i}.jpg"), np.full((40, 60, 3), 40 * i, np.uint8))
+    own = dataclasses.replace(data, negatives=str(folder), negatives_p=0.5)
+    refs = negative_refs(own, 7)
+    assert len(refs) == 7 and sorted(r.id for r in refs[:3]) == ["0", "1", "2"]
+    assert [r.id for r in refs[3:6]] == [r.id for r in refs[:3]]  # each once, then again
+    image, mask, _ = read_pair(refs[0], 0.01)
+    assert image.shape == (40, 60, 3) and not mask.any()
+
+
+@pytest.mark.parametrize(
+    ("negatives", "share", "problem"),
+    [
+        ("imagenet_negatives", 1.0, r"data\.negatives_p=1\.0 must be a share in \[0, 1\)"),
+        ("imagenet_negatives", -0.1, r"data\.negatives_p=-0\.1"),
+        ("no/such/folder", 0.1, r"data\.negatives='no/such/folder': no folder .*no/such/folder"),
+    ],
+)
+def test_bad_negatives_settings_name_the_key(data_env, negatives, share, problem) -> None:
+    data = DataConfig(negatives=negatives, negatives_p=share)
+    with pytest.raises((ValueError, FileNotFoundError), match=problem):
+        negative_refs(data, 10)
+
+
+def test_an_empty_negatives_folder_says_what_it_expected(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"no photos .* in .*expected a folder of photos"):
+        list_negatives(tmp_path)
