@@ -147,6 +147,9 @@ def test_leave_one_out_run_chooses_on_its_training_sources(
     assert result["best"] == result["val/vikram_human_seg/pixel_acc"]
     assert result["val/train_sources/pixel_acc"] == result["val/vikram_human_seg/pixel_acc"]
     assert result["val/pixel_acc"] != result["best"]  # ccp's pixels count in the overall
+    # coco128_seg (data.val_sources) is validated too, with its photos without people.
+    assert 0 <= result["val/coco128_seg/empty_person_share"] <= 1
+    assert result["val/coco128_seg/empty_images"] == 67
     assert "best.pt follows val/train_sources/pixel_acc" in caplog.text
     assert re.search(r"^training sources +\d", caplog.text, re.M)  # the final report's row
     # TensorBoard's HPARAMS tab: the overall metrics and the ones the run chose by, no source's.
@@ -159,7 +162,7 @@ def test_leave_one_out_run_chooses_on_its_training_sources(
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
     metrics = {m.name.tag for m in experiment.experiment.metric_infos}
     assert {"val/pixel_acc", "val/train_sources/pixel_acc"} <= metrics
-    assert not any(m.startswith(("val/ccp/", "val/vikram_human_seg/")) for m in metrics)
+    assert not any(m.startswith(("val/ccp/", "val/vikram_human_seg/", "val/coco")) for m in metrics)
 
 
 def test_bf16_autocast_step_on_cpu(data_root: Path, tmp_path: Path) -> None:

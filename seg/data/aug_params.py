@@ -33,6 +33,8 @@ class AugParams:
     rotate: float
     hflip: float
     affine_p: float
+    rotate_wide_p: float
+    rotate_wide: float
     photometric: bool
     jitter: dict[str, float]  # ColorJitter's brightness, contrast, saturation, hue
     photometric_p: float
@@ -60,7 +62,9 @@ def check_aug_config(cfg: AugConfig) -> AugParams:
     check_aug_config_ranges(cfg)
     crop = (int(cfg.crop_size[0]), int(cfg.crop_size[1]))
     jitter = {k: float(getattr(cfg, k)) for k in ("brightness", "contrast", "saturation", "hue")}
-    probabilities = ("photometric_p", "paste_p", "blur_p", "noise_p", "jpeg_p", "gray_p")
+    probabilities = (
+        *("photometric_p", "paste_p", "blur_p", "noise_p", "jpeg_p", "gray_p", "rotate_wide_p"),
+    )
     name = getattr(cfg.interpolation, "value", cfg.interpolation)
     return AugParams(
         crop_size=crop,
@@ -71,6 +75,7 @@ def check_aug_config(cfg: AugConfig) -> AugParams:
         rotate=float(cfg.rotate),
         hflip=float(cfg.hflip),
         affine_p=float(cfg.affine_p),
+        rotate_wide=float(cfg.rotate_wide),
         photometric=bool(cfg.photometric),
         jitter=jitter,
         **{k: float(getattr(cfg, k)) for k in probabilities},

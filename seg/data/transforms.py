@@ -56,6 +56,22 @@ def _degradations(p: AugParams) -> list[A.BasicTransform]:
     return [transform for prob, transform in chosen if prob > 0]
 
 
+def _wide_rotation(p: AugParams, fills: dict[str, Any]) -> list[A.BasicTransform]:
+    """The pose switch: a rotation uniform in +-``rotate_wide`` with ``rotate_wide_p`` (none
+    at 0, so the default pipeline is the one built before it existed)."""
+    if p.rotate_wide_p == 0:
+        return []
+    return [
+        A.Rotate(
+            limit=(-p.rotate_wide, p.rotate_wide),
+            interpolation=p.interpolation,
+            mask_interpolation=cv2.INTER_NEAREST,
+            p=p.rotate_wide_p,
+            **fills,
+        )
+    ]
+
+
 def build_train_transform(
     cfg: AugConfig, seed: int | None = None, pool: RawPool | None = None
 ) -> A.Compose:
@@ -68,8 +84,9 @@ def build_train_transform(
     the whole photo); one ``Affine`` does the case study's
     shift (up to ``cfg.shift`` of each side, x and y drawn independently), isotropic scale
     (``cfg.scale``) and rotation (up to ``±cfg.rotate`` degrees) with probability
-    ``cfg.affine_p``; then ``HorizontalFlip(p=cfg.hflip)``, centre padding and a random crop to
-    ``cfg.crop_size``. Then, on the image only: optional ColorJitter (``cfg.photometric``),
+    ``cfg.affine_p``; with ``cfg.rotate_wide_p`` a second rotation up to ``±cfg.rotate_wide``
+    (poses the photos lack); then ``HorizontalFlip(p=cfg.hflip)``, centre padding and a random
+    crop to ``cfg.crop_size``. Then, on the image only: optional ColorJitter (``cfg.photometric``),
     grayscale, blur, noise and JPEG (``cfg.gray_p``, ``blur_p``, ``noise_p``, ``jpeg_p``; those at
     0 are left out, so the defaults build the same pipeline as before they existed). Output:
     image float32 (3, crop_h, crop_w), mask uint8 (crop_h, crop_w). With ``seed`` the same
@@ -105,6 +122,7 @@ def build_train_transform(
             p=p.affine_p,
             **fills,
         ),
+        *_wide_rotation(p, fills),
         A.HorizontalFlip(p=p.hflip),
         A.PadIfNeeded(min_height=crop_h, min_width=crop_w, **fills),
         A.RandomCrop(height=crop_h, width=crop_w),
