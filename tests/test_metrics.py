@@ -465,6 +465,7 @@ def test_photos_without_people_are_counted_on_their_own() -> None:
     target[1, 0, 0] = 255  # without people, 99 labelled pixels
     target[3] = 255  # nothing labelled
     pred = torch.zeros_like(target)
+    pred[0, :5] = 1  # the person found
     pred[1, 5:] = 1  # 50 of 99 labelled pixels
     pred[2, 0, 0] = 1  # 1 of 100: not over 1%
     pred[3] = 1
@@ -476,6 +477,7 @@ def test_photos_without_people_are_counted_on_their_own() -> None:
     assert out["empty_images"] == 2 and out["empty_over_1pct"] == 0.5
     assert out["empty_person_share"] == pytest.approx((50 / 99 + 1 / 100) / 2, abs=1e-6)
     assert int(merged.confusion[0, 1]) == 51
+    assert out["iou_person"] == 50 / (50 + 51) and out["iou_person_with_people"] == 1.0
     with_people = SegMetrics.confusion_only(2)
     with_people.update(pred[:1], target[:1])
     assert math.isnan(with_people.compute()["empty_person_share"])

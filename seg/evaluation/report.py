@@ -50,6 +50,7 @@ SUMMARY_KEYS = (
     "bf_2",
     "bf_5",
     "boundary_iou",
+    "iou_person_with_people",
     "empty_person_share",
     "empty_over_1pct",
 )
@@ -151,10 +152,15 @@ def gallery_name(rank: int, k: int, source: str, name: str) -> str:
 
 # Photos without people: the mean share of their pixels labelled person, and the share of them
 # with more than 1% labelled person (seg.metrics.accumulator).
-EMPTY_COLUMNS = [("empty_person_share", "empty px"), ("empty_over_1pct", "empty>1%")]
+EMPTY_COLUMNS = [
+    ("iou_person_with_people", "IoU people"),
+    ("empty_person_share", "empty px"),
+    ("empty_over_1pct", "empty>1%"),
+]
 EMPTY_NOTE = (
-    "empty px / empty>1%: on photos without people, the mean share of pixels labelled person "
-    "and the share of such photos with more than 1% (n/a: the source has none)"
+    "IoU people: person IoU on the photos with people only; empty px / empty>1%: on photos "
+    "without people, the mean share of pixels labelled person and the share of such photos "
+    "with more than 1% (n/a: the source has none)"
 )
 
 

@@ -20,7 +20,7 @@ from seg.metrics.boundary import (
     dilation_for,
     fscore_from_counts,
 )
-from seg.metrics.confusion import confusion_matrix, metrics_from_confusion
+from seg.metrics.confusion import class_names_for, confusion_matrix, metrics_from_confusion
 from seg.metrics.format import ratio
 
 EMPTY_ALARM = 0.01  # a photo without people "finds" one when > 1% of its frame is labelled so
@@ -39,7 +39,8 @@ class SegMetrics:
     on their own: ``empty_person_share`` is the mean over them of the share of their labelled
     pixels predicted as the class, ``empty_over_1pct`` the share of them with more than
     ``EMPTY_ALARM`` of it, ``empty_images`` how many there were (both ratios NaN for none).
-    Their pixels stay in the confusion matrix too: a false person lowers the IoU.
+    Their pixels stay in the confusion matrix too: a false person lowers the IoU;
+    ``iou_person_with_people`` is the class's IoU over the other photos only.
 
     Typical use::
 
@@ -85,12 +86,17 @@ class SegMetrics:
         )
         self.boundary_iou = zeros(2, dtype=torch.int64, device=self.device)  # (intersection, union)
         self.images = zeros((), dtype=torch.int64, device=self.device)
-        # Photos without people: (count, count over EMPTY_ALARM, sum of person shares in PPM).
+        # Photos without people: (count, count over EMPTY_ALARM, sum of person shares in PPM),
+        # and their own confusion matrix (the rest of ``confusion`` is the photos with people).
         self.empty = zeros(3, dtype=torch.int64, device=self.device)
+        self.confusion_empty = torch.zeros_like(self.confusion)
 
     def state_tensors(self) -> list[Tensor]:
         """The live int64 state; in-place changes (e.g. an all-reduce sum) change the counts."""
-        return [self.confusion, self.boundary, self.boundary_iou, self.images, self.empty]
+        return [
+            *(self.confusion, self.boundary, self.boundary_iou, self.images),
+            *(self.empty, self.confusion_empty),
+        ]
 
     def reduce_(self, fn: Callable[[Tensor], object]) -> None:
         """Apply an in-place sum (e.g. ``all_reduce_sum_``) to every state tensor, in a fixed
@@ -131,7 +137,13 @@ class SegMetrics:
         cm = confusion_matrix(pred, target, self.num_classes, self.ignore_index)
         self.confusion += cm.to(self.device)
         self.images += pred.shape[0]
-        self.empty += self._empty_counts(pred, target).to(self.device)
+        counts, empty = self._empty_counts(pred, target)
+        self.empty += counts.to(self.device)
+        if empty.any():
+            cm_empty = confusion_matrix(
+                pred[empty], target[empty], self.num_classes, self.ignore_index
+            )
+            self.confusion_empty += cm_empty.to(self.device)
         if not self._needs_boundaries:
             return
         # Labels were validated by confusion_matrix; the rest is per image on the CPU (OpenCV).
@@ -151,8 +163,9 @@ class SegMetrics:
         self.boundary += torch.from_numpy(bf).to(self.device)
         self.boundary_iou += torch.from_numpy(biou).to(self.device)
 
-    def _empty_counts(self, pred: Tensor, target: Tensor) -> Tensor:
-        """(photos without people, those with > EMPTY_ALARM predicted, sum of shares in PPM)."""
+    def _empty_counts(self, pred: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        """(photos without people, those with > EMPTY_ALARM predicted, sum of shares in PPM),
+        and which photos of the batch are without people, (B,) bool."""
         k = self.boundary_class
         labelled = (target != self.ignore_index).flatten(1)
         pixels = labelled.sum(1)
@@ -161,7 +174,7 @@ class SegMetrics:
         found = ((pred.flatten(1) == k) & labelled).sum(1)[empty]
         share = found.double() / pixels[empty].double()
         ppm = torch.round(share * PPM).long().sum()
-        return torch.stack([empty.sum(), (share > EMPTY_ALARM).sum(), ppm]).long()
+        return torch.stack([empty.sum(), (share > EMPTY_ALARM).sum(), ppm]).long(), empty
 
     def compute(self) -> dict[str, float]:
         """Metrics of everything seen (after ``reduce_``, of every rank).
@@ -170,14 +183,17 @@ class SegMetrics:
             the keys of :func:`metrics_from_confusion` (``pixel_acc``, ``miou``,
             ``iou_person``, ``dice_person``, ``precision_person``, ``recall_person``, ...),
             ``bf_<t>`` per tolerance and ``boundary_iou`` (NaN when no band pixel was seen),
-            ``empty_person_share``, ``empty_over_1pct`` and ``empty_images`` (photos without
-            people; see the class docstring).
+            ``empty_person_share``, ``empty_over_1pct``, ``empty_images`` (photos without
+            people) and ``iou_person_with_people`` (see the class docstring).
         """
         out = metrics_from_confusion(self.confusion)
         empty, over, ppm = self.empty.cpu().tolist()
         out["empty_person_share"] = ratio(ppm / PPM, empty)
         out["empty_over_1pct"] = ratio(over, empty)
         out["empty_images"] = float(empty)
+        name = class_names_for(self.num_classes)[self.boundary_class]
+        with_people = metrics_from_confusion(self.confusion - self.confusion_empty)
+        out[f"iou_{name}_with_people"] = with_people[f"iou_{name}"]
         for tol, row in zip(self.boundary_tolerances, self.boundary.cpu().tolist(), strict=True):
             out[f"bf_{tol}"] = fscore_from_counts(*row)["f"]
         if self.boundary_iou_ratio is not None:
