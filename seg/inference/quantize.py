@@ -8,21 +8,25 @@ the training photos of the checkpoint's own data config (its train split: never 
 ``CALIBRATION_PHOTOS`` of them spread evenly over the listing, or the images of a folder
 (``calibration=<folder>``) where the training data is not at hand.
 
-The weights use 7 of their 8 bits (``reduce_range``: within +-``WEIGHT_LIMIT``), so that one
-file computes the same integers on every x86 CPU. With VNNI (``vpdpbusd``) ONNX Runtime sums
-uint8 x int8 products in 32 bits; without it (AVX2, AVX-512 before VNNI) ``vpmaddubsw`` adds
-each pair of products in 16 bits and saturates: 2 x 255 x 127 = 64770 > 32767 (with 8-bit
-weights the tests' random net agreed with PyTorch on 0.86 of the pixels on an AVX2 CPU, 0.98
-in exact arithmetic; issue 25). Weights within +-64 keep every pair within 2 x 255 x 64 =
-32640, so the AVX2 kernels are exact too, as ONNX Runtime's quantisation guide recommends for
-CPUs without VNNI. The file travels with its run folder, so it is made safe for both kinds of
-CPU rather than chosen for the one that made it.
+The weights' range follows the CPU, so that the integer kernels compute the quantised model
+exactly on both kinds of x86 CPU (issue 25). With VNNI (``vpdpbusd``, 32-bit sums) ONNX
+Runtime's uint8 x int8 kernels are exact with all 8 bits of the weights (``U8S8``). Without it
+(AVX2, AVX-512 before VNNI) those kernels use ``vpmaddubsw``, which adds each pair of products
+in 16 bits and saturates (2 x 255 x 127 = 64770 > 32767): a trained model's int8 file agreed
+with PyTorch on 0.9807 of the pixels there against 0.9964 in exact arithmetic, the tests'
+random net on 0.86. There the weights keep 7 bits (``U8S8_7BIT``, ONNX Runtime's
+``reduce_range``: within +-64, so every pair stays within 2 x 255 x 64 = 32640), as ONNX
+Runtime's quantisation guide recommends for such CPUs: exact, for 0.1-0.5 points of test IoU
+(uint8 weights, exact too, ran 5-8x slower than fp32 there; docs/benchmarks.md). Each kind of
+CPU makes and caches its own file (the settings are part of its name), so a run folder that
+moves between machines never runs a file made for the other kind.
 
 The int8 file is cached beside the fp32 export as ``<stem>.<key>.int8.<digest>.onnx``: the key
 is the fp32 export's (the checkpoint's content and the exporter), ``digest`` one of the
-quantisation ``SETTINGS`` and the calibration files' names and sizes. Before it takes its name
-it must agree with PyTorch on the argmax of ``INT8_MIN_AGREEMENT`` of the calibration photos'
-pixels; its accuracy on the test splits is measured in docs/benchmarks.md ("int8").
+quantisation settings (``int8_settings``) and the calibration files' names and sizes. Before it
+takes its name it must agree with PyTorch on the argmax of ``INT8_MIN_AGREEMENT`` of the
+calibration photos' pixels; its accuracy on the test splits is measured in
+docs/benchmarks.md ("int8").
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,7 @@ from seg.config import Config, DataConfig
 from seg.data import list_source, train_source_names
 from seg.data.io import read_image
 from seg.data.transforms import check_aug_config
+from seg.devices import cpu_has_vnni, x86_cpu
 from seg.fileio import temp_beside
 from seg.inference.media import IMAGE_EXTENSIONS
 from seg.inference.onnx import (
@@ -58,10 +64,28 @@ log = logging.getLogger(__name__)
 
 CALIBRATION_PHOTOS = 64
 INT8_MIN_AGREEMENT = 0.98  # argmax agreement with PyTorch on the calibration photos
-WEIGHT_LIMIT = 64  # |int8 weight| <= 64: no 16-bit pair sum of uint8 x int8 can saturate
-# What the quantised file is made with: part of its cache name, so that a file made with other
-# settings (the 8-bit weights before issue 25) is never reused.
-SETTINGS = "qdq-u8s8-per-channel-w7"
+
+
+@dataclass(frozen=True)
+class Int8Settings:
+    """How one kind of CPU gets its int8 file (weights int8 per output channel, activations
+    uint8): the weights' range, and a name for the cache file."""
+
+    name: str
+    reduce_range: bool  # 7-bit weights (within +-64)
+
+
+U8S8 = Int8Settings("qdq-u8s8-per-channel", reduce_range=False)  # x86 with VNNI, other CPUs
+U8S8_7BIT = Int8Settings("qdq-u8s8-per-channel-w7", reduce_range=True)  # x86 without VNNI
+
+
+def int8_settings(x86: bool | None = None, vnni: bool | None = None) -> Int8Settings:
+    """The settings for this CPU (or the one described): ``U8S8_7BIT`` on x86 without VNNI,
+    where uint8 x int8 kernels saturate with 8-bit weights, ``U8S8`` elsewhere (module
+    docstring)."""
+    x86 = x86_cpu() if x86 is None else x86
+    vnni = cpu_has_vnni() if vnni is None else vnni
+    return U8S8_7BIT if x86 and not vnni else U8S8
 
 
 def training_photos(data: DataConfig, count: int = CALIBRATION_PHOTOS) -> list[Path]:
@@ -97,10 +121,10 @@ def _spread(files: Sequence[Path], count: int) -> list[Path]:
     return [files[(i * len(files)) // count] for i in range(count)]
 
 
-def calibration_digest(files: Sequence[Path]) -> str:
-    """8 hex digits naming an int8 file's making: the quantisation ``SETTINGS`` and the
+def calibration_digest(files: Sequence[Path], settings: Int8Settings) -> str:
+    """8 hex digits naming an int8 file's making: the quantisation ``settings`` and the
     calibration files' names and sizes, in order."""
-    digest = hashlib.sha256(f"{SETTINGS}\n".encode())
+    digest = hashlib.sha256(f"{settings.name}\n".encode())
     for f in files:
         digest.update(f"{Path(f).name} {Path(f).stat().st_size}\n".encode())
     return digest.hexdigest()[:8]
@@ -117,10 +141,13 @@ class _Reader:
         return None if batch is None else {INPUT_NAME: batch.numpy()}
 
 
-def quantize_int8(fp32: Path, out: Path, batches: Sequence[Tensor]) -> Path:
+def quantize_int8(
+    fp32: Path, out: Path, batches: Sequence[Tensor], settings: Int8Settings | None = None
+) -> Path:
     """Static int8 quantisation of the ONNX file ``fp32`` into ``out`` (QDQ, weights int8 per
-    channel within +-``WEIGHT_LIMIT``, activations uint8), calibrated with min/max over
-    ``batches``."""
+    output channel in ``settings``' range, this CPU's by default; activations uint8),
+    calibrated with min/max over ``batches``."""
+    settings = settings or int8_settings()
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -143,7 +170,7 @@ def quantize_int8(fp32: Path, out: Path, batches: Sequence[Tensor]) -> Path:
             per_channel=True,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
-            reduce_range=True,  # 7-bit weights: exact on x86 without VNNI (module docstring)
+            reduce_range=settings.reduce_range,
         )
     finally:
         prepared.unlink(missing_ok=True)
@@ -163,7 +190,8 @@ def cached_int8(
     ``cfg.data``."""
     fp32 = cached_export(checkpoint, model, cfg)
     files = folder_photos(calibration) if calibration else training_photos(cfg.data)
-    path = fp32.with_name(f"{fp32.stem}.int8.{calibration_digest(files)}.onnx")
+    settings = int8_settings()
+    path = fp32.with_name(f"{fp32.stem}.int8.{calibration_digest(files, settings)}.onnx")
     if path.is_file():
         return path
     log.info("quantising %s to int8 with %d calibration photos", fp32.name, len(files))
@@ -172,7 +200,7 @@ def cached_int8(
     batches = image_batches(photos, cfg.aug, [size] * len(photos), [1] * len(photos))
     tmp = temp_beside(path)
     try:
-        quantize_int8(fp32, tmp, batches)
+        quantize_int8(fp32, tmp, batches, settings)
         check = compare_with_onnx(model, onnx_session(tmp), batches)
         if check.mask_agreement < min_agreement:
             raise ExportMismatchError(
@@ -200,19 +228,3 @@ def int8_ops(path: Path) -> dict[str, Any]:
         if "quantize" in node.op_type.lower() or node.op_type.startswith("QLinear"):
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return counts
-
-
-def int8_weight_range(path: Path) -> tuple[int, int]:
-    """The smallest and largest value of the int8 tensors stored in an ONNX file (the quantised
-    weights and their zero points): within +-``WEIGHT_LIMIT`` for files made here."""
-    import onnx
-    from onnx import numpy_helper
-
-    values = [
-        numpy_helper.to_array(t)
-        for t in onnx.load(str(path)).graph.initializer
-        if t.data_type == onnx.TensorProto.INT8
-    ]
-    if not values:
-        raise ValueError(f"{path}: no int8 tensors (not a quantised model)")
-    return int(min(v.min() for v in values)), int(max(v.max() for v in values))

