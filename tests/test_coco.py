@@ -4,6 +4,7 @@ photos without people mixed into training."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import cv2
@@ -12,7 +13,7 @@ import pytest
 
 from seg.config import AugConfig, DataConfig
 from seg.data import BadSampleError, build_train_dataset, list_source
-from seg.data.coco import list_negatives, read_yolo_mask
+from seg.data.coco import list_negatives, read_yolo_mask, write_coco_person_masks
 from seg.data.datasets import negative_refs, read_pair
 
 
@@ -121,3 +122,98 @@ def test_bad_negatives_settings_name_the_key(data_env, negatives, share, problem
 def test_an_empty_negatives_folder_says_what_it_expected(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"no photos .* in .*expected a folder of photos"):
         list_negatives(tmp_path)
+
+
+def _coco128_person(data: Path, stem: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A coco128_seg photo's size and its person polygons in pixel coordinates."""
+    image = cv2.imread(str(data / "coco128_seg" / "images" / "train2017" / f"{stem}.jpg"))
+    h, w = image.shape[:2]
+    polygons = []
+    for line in (
+        (data / "coco128_seg" / "labels" / "train2017" / f"{stem}.txt").read_text().splitlines()
+    ):
+        fields = line.split()
+        if fields and fields[0] == "0":
+            polygons.append(np.array(fields[1:], float).reshape(-1, 2) * (w, h))
+    return np.zeros((h, w), np.uint8), polygons
+
+
+def _runs(mask: np.ndarray) -> list[int]:
+    """Uncompressed COCO RLE counts: runs down the columns, the first of 0s."""
+    flat = mask.T.ravel()
+    change = np.flatnonzero(np.diff(flat)) + 1
+    bounds = np.concatenate([[0], change, [flat.size]])
+    runs = np.diff(bounds).tolist()
+    return [0, *runs] if flat[0] == 1 else runs
+
+
+def test_coco_instances_give_person_masks_from_polygons_and_rle(data_env: Path, tmp_path) -> None:
+    """A COCO instance file built here from real coco128 polygons: polygon annotations fill as
+    the YOLO reader does; the same people as RLE, pycocotools' compressed string and the plain
+    run list, decode to the same pixels; a crowd region becomes ignore where no person is;
+    other categories are not people; one PNG per image is written."""
+    mask_utils = pytest.importorskip("pycocotools.mask")
+    blank, polygons = _coco128_person(data_env, "000000000034")  # a zebra photo: no people
+    assert not polygons
+    blank, polygons = _coco128_person(data_env, "000000000061")
+    h, w = blank.shape
+    assert len(polygons) >= 2
+    by_yolo = read_yolo_mask(
+        data_env / "coco128_seg" / "labels" / "train2017" / "000000000061.txt", (h, w)
+    )
+    first = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(first, [np.round(polygons[0] - 0.5).astype(np.int32)], 1)
+    crowd = np.zeros((h, w), np.uint8)
+    crowd[: h // 4, : w // 4] = 1
+    compressed = mask_utils.encode(np.asfortranarray(first))
+    anns = [
+        {
+            "image_id": 1,
+            "category_id": 1,
+            "iscrowd": 0,
+            "segmentation": {"size": [h, w], "counts": compressed["counts"].decode()},
+        },
+        *(
+            {"image_id": 1, "category_id": 1, "iscrowd": 0, "segmentation": [p.ravel().tolist()]}
+            for p in polygons[1:]
+        ),
+        {
+            "image_id": 1,
+            "category_id": 1,
+            "iscrowd": 1,
+            "segmentation": {"size": [h, w], "counts": _runs(crowd)},
+        },
+        {
+            "image_id": 1,
+            "category_id": 3,
+            "iscrowd": 0,  # a car over the whole photo
+            "segmentation": [[0, 0, w, 0, w, h, 0, h]],
+        },
+        {
+            "image_id": 2,
+            "category_id": 1,
+            "iscrowd": 0,
+            "segmentation": {"size": [h, w], "counts": _runs(first)},
+        },
+    ]
+    images = [
+        {"id": 1, "file_name": "000000000061.jpg", "height": h, "width": w},
+        {"id": 2, "file_name": "runs.jpg", "height": h, "width": w},
+        {"id": 3, "file_name": "empty.jpg", "height": 10, "width": 12},
+    ]
+    instances = tmp_path / "instances_test.json"
+    instances.write_text(json.dumps({"images": images, "annotations": anns, "categories": []}))
+    counts = write_coco_person_masks(instances, tmp_path / "masks")
+    assert counts == {"images": 3, "with_people": 2, "with_crowds": 1}
+    mask = cv2.imread(str(tmp_path / "masks" / "000000000061.png"), cv2.IMREAD_UNCHANGED)
+    person = by_yolo == 1
+    assert np.array_equal(mask == 1, person)  # RLE of one person + polygons of the others
+    assert np.array_equal(mask == 255, (crowd == 1) & ~person)
+    runs = cv2.imread(str(tmp_path / "masks" / "runs.png"), cv2.IMREAD_UNCHANGED)
+    assert np.array_equal(runs, first)
+    empty = cv2.imread(str(tmp_path / "masks" / "empty.png"), cv2.IMREAD_UNCHANGED)
+    assert empty.shape == (10, 12) and not empty.any()
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"images": [')
+    with pytest.raises(ValueError, match=r"broken\.json: not a COCO instance file"):
+        write_coco_person_masks(broken, tmp_path / "out")

@@ -14,14 +14,16 @@ every pixel is background. Their ``SampleRef`` has no mask file (``mask=None``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from seg.config import BadSamplePolicy, MaskEncoding
+from seg.config import IGNORE_INDEX, BadSamplePolicy, MaskEncoding
 from seg.data.io import BadSampleError
 from seg.data.listing import Listing, MaskSpec, SampleRef, _bad_pair, _files, natural_key
+from seg.fileio import atomic_path
 
 YOLO_PERSON = 0  # COCO's person in the 80-class order of YOLO labels
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -110,3 +112,104 @@ def list_negatives(folder: Path, source: str = "negatives") -> Listing:
         listing.refs[stem] = SampleRef(stem, source, photos[stem], None, NO_OBJECTS)
     listing.splits = {"train": list(listing.refs), "val": [], "test": []}
     return listing
+
+
+# --- COCO's own instance annotations (instances_*.json) ---------------------------------------
+
+COCO_PERSON = 1  # category id of a person in COCO's instance files
+
+
+def rle_counts(counts: str | list[int]) -> list[int]:
+    """Run lengths of a COCO RLE: a list as given (uncompressed), or pycocotools' compressed
+    string (6 bits a character, each run a difference from the run two before, as its
+    ``rleFrString`` reads it)."""
+    if not isinstance(counts, str):
+        return [int(c) for c in counts]
+    runs: list[int] = []
+    p = 0
+    while p < len(counts):
+        x, k, more = 0, 0, True
+        while more:
+            c = ord(counts[p]) - 48
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p, k = p + 1, k + 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(runs) > 2:
+            x += runs[-2]
+        runs.append(x)
+    return runs
+
+
+def decode_rle(rle: dict, size_hw: tuple[int, int]) -> np.ndarray:
+    """A COCO RLE (``{"size": [h, w], "counts": ...}``) as a uint8 (H, W) mask in {0, 1}: runs
+    of 0s and 1s alternate, the first of 0s, down the columns (column-major)."""
+    height, width = (int(v) for v in rle.get("size", size_hw))
+    runs = rle_counts(rle["counts"])
+    if sum(runs) != height * width or min(runs, default=0) < 0:
+        raise ValueError(f"RLE runs cover {sum(runs)} pixels, expected {height} x {width}")
+    values = np.zeros(len(runs), np.uint8)
+    values[1::2] = 1
+    return np.repeat(values, runs).reshape(width, height).T.copy()
+
+
+def coco_person_mask(annotations: list[dict], size_hw: tuple[int, int]) -> np.ndarray:
+    """The person mask of one COCO image: uint8 (H, W), 1 for the union of its category-1
+    instances (polygons or RLE), ``IGNORE_INDEX`` for its crowd regions (``iscrowd``) that no
+    instance covers, as mmsegmentation's and detectron2's semantic conversions treat them;
+    0 elsewhere. Annotations of other categories are passed over."""
+    height, width = size_hw
+    person = np.zeros((height, width), np.uint8)
+    crowd = np.zeros((height, width), np.uint8)
+    for ann in annotations:
+        if ann.get("category_id") != COCO_PERSON:
+            continue
+        target = crowd if ann.get("iscrowd") else person
+        seg = ann["segmentation"]
+        if isinstance(seg, dict):  # RLE
+            target |= decode_rle(seg, size_hw)
+            continue
+        for flat in seg:  # polygons in pixel coordinates
+            xy = np.asarray(flat, np.float64).reshape(-1, 2)
+            if len(xy) >= 3:
+                cv2.fillPoly(target, [np.round(xy - 0.5).astype(np.int32)], 1)
+    mask = person.copy()
+    mask[(crowd == 1) & (person == 0)] = IGNORE_INDEX
+    return mask
+
+
+def write_coco_person_masks(
+    instances: Path, out_dir: Path, keep: set[int] | None = None
+) -> dict[str, int]:
+    """Convert COCO's instance file into one PNG mask per image (``<file stem>.png``, values 0,
+    1 and 255 = ignore: ``coco_person_mask``), for the images of ``keep`` (ids; None: all).
+    Returns counts: images written, with people, crowd regions. Each PNG is written whole
+    (temporary name, then renamed)."""
+    try:
+        data = json.loads(Path(instances).read_text())
+        images = {int(im["id"]): im for im in data["images"]}
+        anns: dict[int, list[dict]] = {}
+        for ann in data["annotations"]:
+            anns.setdefault(int(ann["image_id"]), []).append(ann)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"{instances}: not a COCO instance file ({type(err).__name__}: {err}); expected "
+            "JSON with 'images' and 'annotations', as instances_train2017.json"
+        ) from err
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {"images": 0, "with_people": 0, "with_crowds": 0}
+    for image_id, image in sorted(images.items()):
+        if keep is not None and image_id not in keep:
+            continue
+        mask = coco_person_mask(anns.get(image_id, []), (image["height"], image["width"]))
+        target = out_dir / f"{Path(image['file_name']).stem}.png"
+        ok, png = cv2.imencode(".png", mask)
+        if not ok:
+            raise OSError(f"could not encode the mask of {target}")
+        with atomic_path(target) as part:
+            part.write_bytes(png.tobytes())
+        counts["images"] += 1
+        counts["with_people"] += bool((mask == 1).any())
+        counts["with_crowds"] += bool((mask == IGNORE_INDEX).any())
+    return counts
