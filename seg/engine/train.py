@@ -156,8 +156,8 @@ def _run(
     if p.selection is not None:
         log.info(
             "best.pt follows %s, and the pixel-accuracy target val/train_sources/pixel_acc: "
-            "validation of the training sources only (the held-out sources are reported, "
-            "never used to choose or stop)",
+            "validation of the training sources only (the sources not trained on are "
+            "reported, never used to choose or stop)",
             state.best_of,
         )
     while state.step < p.total_steps:
