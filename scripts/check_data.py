@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from seg.config import compose_config
-from seg.data import SOURCE_NAMES, source_names
+from seg.data import SOURCE_NAMES, VAL_SOURCE_NAMES, source_names
 from seg.data.check import format_reports, scan_source
 from seg.data.download import SOURCES, resolve_data_root
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     overrides = [a for a in ns.args if "=" in a]
     names = [a for a in ns.args if "=" not in a]
-    if names == ["all"]:
-        names = list(SOURCE_NAMES)
+    if names == ["all"]:  # the sources fetched with download_data.py all that have masks
+        names = [n for n in SOURCES if n in SOURCE_NAMES or n in VAL_SOURCE_NAMES]
     if ns.verify:
         return verify(names, overrides)
     reports = []

@@ -4,8 +4,12 @@
     python scripts/download_data.py vikram_human_seg ccp --root /big/disk/data
     python scripts/download_data.py ccp --url file:///tmp/fe34fb77721a9973fbae92c05f7f12b664d10110.tar.gz
     python scripts/download_data.py all --root ../shared/datasets --write-manifests  # maintainers
+    python scripts/download_data.py coco_person --negatives-share 0.05   # COCO 2017, ~11 GB
 
 The root defaults to $SEG_DATA_DIR, else the repository's data/ folder. See data/README.md.
+``all`` is the GitHub-published datasets; ``coco_person`` (COCO 2017's photos with people and
+their masks, from COCO's servers, resumable: seg/data/coco_download.py) is fetched only when
+named, for its size.
 Every download is checked against the SHA-256 manifests of seg/data/manifests/ before it is
 moved into place; --write-manifests makes them anew from the copies at --root (copies of the
 pinned commits: only a maintainer who has checked them does that).
@@ -18,6 +22,8 @@ import logging
 import sys
 from pathlib import Path
 
+from seg.data.coco_download import NAME as COCO_NAME
+from seg.data.coco_download import download_coco_person
 from seg.data.download import (
     SOURCES,
     DownloadError,
@@ -35,15 +41,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "names",
         nargs="+",
-        choices=[*SOURCES, "all"],
+        choices=[*SOURCES, "all", COCO_NAME],
         metavar="NAME",
-        help=f"datasets to fetch: {', '.join(SOURCES)} or all",
+        help=f"datasets to fetch: {', '.join(SOURCES)}, all (those), or {COCO_NAME}",
     )
     parser.add_argument("--root", type=Path, help="data root (default: $SEG_DATA_DIR or data/)")
     parser.add_argument("--url", help="fetch from this URL (http(s):// or file://), one NAME only")
     parser.add_argument("--force", action="store_true", help="replace an existing dataset folder")
     parser.add_argument("--timeout", type=float, default=60.0, help="network timeout, seconds")
     parser.add_argument("--keep-archive", action="store_true", help="keep root/.downloads/*.tar.gz")
+    parser.add_argument(
+        "--negatives-share",
+        type=float,
+        default=0.05,
+        help=f"{COCO_NAME}: share of COCO's photos without people kept beside those with people",
+    )
     parser.add_argument(
         "--write-manifests",
         action="store_true",
@@ -68,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name in args.names:
         try:
+            if name == COCO_NAME:
+                folder = download_coco_person(root, args.negatives_share, timeout=args.timeout)
+                print(f"{name}: {folder}")
+                continue
             folder = download_dataset(
                 name,
                 root,

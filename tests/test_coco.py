@@ -13,7 +13,12 @@ import pytest
 
 from seg.config import AugConfig, DataConfig
 from seg.data import BadSampleError, build_train_dataset, list_source
-from seg.data.coco import list_negatives, read_yolo_mask, write_coco_person_masks
+from seg.data.coco import (
+    list_negatives,
+    load_coco_instances,
+    read_yolo_mask,
+    write_coco_person_masks,
+)
 from seg.data.datasets import negative_refs, read_pair
 
 
@@ -203,7 +208,7 @@ def test_coco_instances_give_person_masks_from_polygons_and_rle(data_env: Path, 
     ]
     instances = tmp_path / "instances_test.json"
     instances.write_text(json.dumps({"images": images, "annotations": anns, "categories": []}))
-    counts = write_coco_person_masks(instances, tmp_path / "masks")
+    counts = write_coco_person_masks(load_coco_instances(instances), tmp_path / "masks")
     assert counts == {"images": 3, "with_people": 2, "with_crowds": 1}
     mask = cv2.imread(str(tmp_path / "masks" / "000000000061.png"), cv2.IMREAD_UNCHANGED)
     person = by_yolo == 1
@@ -216,4 +221,4 @@ def test_coco_instances_give_person_masks_from_polygons_and_rle(data_env: Path, 
     broken = tmp_path / "broken.json"
     broken.write_text('{"images": [')
     with pytest.raises(ValueError, match=r"broken\.json: not a COCO instance file"):
-        write_coco_person_masks(broken, tmp_path / "out")
+        load_coco_instances(broken)

@@ -13,13 +13,18 @@ import subprocess
 import sys
 import tarfile
 import threading
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import cv2
 import pytest
 
 import seg.data.download as download_module
+from seg.config import compose_config
+from seg.data import list_source
+from seg.data.coco_download import download_coco_person
 from seg.data.download import (
     MARKER,
     SOURCES,
@@ -56,12 +61,14 @@ UNWANTED = {
 
 
 class _Server:
-    """Serves ``files`` by path; counts requests; paths in ``drop`` close after half the bytes."""
+    """Serves ``files`` by path, from byte N on for ``Range: bytes=N-``; counts requests (and
+    their ranges); paths in ``drop`` close after half the bytes."""
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.drop: set[str] = set()
         self.requests: list[str] = []
+        self.ranges: list[tuple[str, str]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,7 +78,11 @@ class _Server:
                 if data is None:
                     self.send_error(404)
                     return
-                self.send_response(200)
+                wanted = self.headers.get("Range")
+                if wanted:
+                    server.ranges.append((self.path, wanted))
+                    data = data[int(wanted.removeprefix("bytes=").rstrip("-")) :]
+                self.send_response(206 if wanted else 200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 cut = len(data) // 2 if self.path in server.drop else len(data)
@@ -520,3 +531,85 @@ def test_a_dataset_from_a_repository_folder_and_a_curated_subset(server, shared_
     server.files["/neg.tar.gz"] = _repo_archive(source, repo)
     out = download_dataset(source, tmp_path / "data", url=server.url("/neg.tar.gz"))
     assert sorted(_files(out)) == sorted([*(f"images/{n}" for n in kept), MARKER])
+
+
+def test_coco_person_is_fetched_photo_by_photo_and_resumes(server, shared_datasets, tmp_path):
+    """COCO's annotation archive (here: a small one made of coco128 photos, served from
+    127.0.0.1) continues from its last byte after a dropped connection; the masks are written;
+    only the photos with people and the chosen share of the others are fetched, each once."""
+    coco = shared_datasets / "coco128_seg" / "images" / "train2017"
+    stems = ["000000000061", "000000000034", "000000000049", "000000000009"]
+    images, anns = [], []
+    for i, stem in enumerate(stems, 1):
+        h, w = cv2.imread(str(coco / f"{stem}.jpg")).shape[:2]
+        images.append({"id": i, "file_name": f"{stem}.jpg", "height": h, "width": w})
+    anns.append(
+        {
+            "image_id": 1,
+            "category_id": 1,
+            "iscrowd": 0,
+            "segmentation": [[10, 10, 200, 10, 200, 300, 10, 300]],
+        }
+    )
+    anns.append(
+        {
+            "image_id": 2,
+            "category_id": 24,
+            "iscrowd": 0,  # a zebra
+            "segmentation": [[10, 10, 100, 10, 100, 100]],
+        }
+    )
+    anns.append(
+        {
+            "image_id": 3,
+            "category_id": 1,
+            "iscrowd": 1,  # a crowd only: no person
+            "segmentation": {
+                "size": [images[2]["height"], images[2]["width"]],
+                "counts": [0, images[2]["height"] * images[2]["width"]],
+            },
+        }
+    )
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for split in ("train2017", "val2017"):
+            body = {
+                "images": images if split == "train2017" else images[:1],
+                "annotations": anns if split == "train2017" else anns[:1],
+            }
+            zf.writestr(f"annotations/instances_{split}.json", json.dumps(body))
+            for stem in stems:
+                server.files[f"/{split}/{stem}.jpg"] = (coco / f"{stem}.jpg").read_bytes()
+    archive = "/annotations/annotations_trainval2017.zip"
+    server.files[archive] = buf.getvalue()
+    server.drop.add(archive)
+    root = tmp_path / "data"
+    with pytest.raises(DownloadError, match="run the same command again to resume"):
+        download_coco_person(root, negatives_share=0.0, base_url=server.url(""))
+    assert not (root / "coco_person" / MARKER).exists()
+    server.drop.clear()
+    out = download_coco_person(root, negatives_share=0.0, base_url=server.url(""))
+    assert server.ranges and server.ranges[0][0] == archive  # continued, not fetched again
+    assert sorted(p.name for p in (out / "images" / "train2017").iterdir()) == [f"{stems[0]}.jpg"]
+    masks = sorted(p.name for p in (out / "masks" / "train2017").iterdir())
+    assert masks == [f"{stems[0]}.png"]
+    marker = json.loads((out / MARKER).read_text())
+    assert marker["splits"]["train2017"]["with_people"] == 1
+    # All the others kept: the photos without people (the zebra, the crowd) too; none twice.
+    server.requests.clear()
+    (out / MARKER).unlink()
+    again = download_coco_person(root, negatives_share=1.0, base_url=server.url(""))
+    fetched = sorted(r for r in server.requests if r.endswith(".jpg"))
+    assert fetched == sorted(f"/train2017/{s}.jpg" for s in stems[1:])
+    crowd = cv2.imread(str(again / "masks" / "train2017" / f"{stems[2]}.png"), cv2.IMREAD_UNCHANGED)
+    assert (crowd == 255).all()
+    # data=coco_person reads it: train2017 trains, val2017 is halved into val and test.
+    listing = list_source(
+        compose_config(["data=coco_person", f"data.root={root}"]).data, "coco_person"
+    )
+    assert listing.splits["train"] == sorted(stems)
+    assert sorted(listing.splits["val"] + listing.splits["test"]) == [stems[0]]
+    with pytest.raises(DatasetNotFoundError, match=r"download_data\.py coco_person"):
+        list_source(
+            compose_config(["data=coco_person", f"data.root={tmp_path}"]).data, "coco_person"
+        )

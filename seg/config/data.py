@@ -19,6 +19,8 @@ class DatasetName(str, Enum):
     eg_portrait = "eg_portrait"
     ccp = "ccp"
     vikram_human_seg = "vikram_human_seg"
+    coco128_seg = "coco128_seg"  # validation and test only (no train split)
+    coco_person = "coco_person"  # COCO 2017's photos with people (download by name)
     folder = "folder"
     human_mix = "human_mix"
 

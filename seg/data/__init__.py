@@ -3,6 +3,7 @@
 from seg.data.batching import PadCollate, pad_batch, pixel_batches, run_by_size
 from seg.data.datasets import (
     SOURCE_NAMES,
+    VAL_SOURCE_NAMES,
     SegDataset,
     build_dataset,
     build_eval_datasets,
@@ -18,6 +19,7 @@ from seg.data.loader import build_loader
 __all__ = [
     "IGNORE_INDEX",
     "SOURCE_NAMES",
+    "VAL_SOURCE_NAMES",
     "BadSampleError",
     "PadCollate",
     "SegDataset",

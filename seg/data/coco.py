@@ -22,7 +22,16 @@ import numpy as np
 
 from seg.config import IGNORE_INDEX, BadSamplePolicy, MaskEncoding
 from seg.data.io import BadSampleError
-from seg.data.listing import Listing, MaskSpec, SampleRef, _bad_pair, _files, natural_key
+from seg.data.listing import (
+    Listing,
+    MaskSpec,
+    SampleRef,
+    _bad_pair,
+    _files,
+    _pair,
+    hash_split,
+    natural_key,
+)
 from seg.fileio import atomic_path
 
 YOLO_PERSON = 0  # COCO's person in the 80-class order of YOLO labels
@@ -96,6 +105,24 @@ def list_coco128(root: Path, policy: BadSamplePolicy = BadSamplePolicy.error) ->
         _bad_pair(BadSampleError(root, "no photos in images/train2017"), policy, listing)
     ids = list(listing.refs)
     listing.splits = {"train": [], "val": ids, "test": list(ids)}
+    return listing
+
+
+def list_coco_person(root: Path, policy: BadSamplePolicy = BadSamplePolicy.error) -> Listing:
+    """coco_person (``seg.data.coco_download``): ``images/<split>/<id>.jpg`` with
+    ``masks/<split>/<id>.png`` (0, 1, 255 = ignore); train2017 is the train split, val2017's
+    photos are split in halves by a hash of their names into val and test."""
+    listing = Listing("coco_person", {}, {})
+    spec = MaskSpec(MaskEncoding.binary01, ignore_value=IGNORE_INDEX)
+    by_split: dict[str, list[str]] = {}
+    for split in ("train2017", "val2017"):
+        photos = _files(root / "images" / split, IMAGE_SUFFIXES)
+        masks = root / "masks" / split
+        found = dict(sorted(photos.items()))
+        _pair(listing, found, lambda stem, m=masks: m / f"{stem}.png", spec, policy)
+        by_split[split] = [stem for stem in found if stem in listing.refs]
+    halves = hash_split(by_split["val2017"], {"val": 0.5, "test": 1.0}, "coco_person")
+    listing.splits = {"train": by_split["train2017"], **halves}
     return listing
 
 
@@ -179,27 +206,36 @@ def coco_person_mask(annotations: list[dict], size_hw: tuple[int, int]) -> np.nd
     return mask
 
 
-def write_coco_person_masks(
-    instances: Path, out_dir: Path, keep: set[int] | None = None
-) -> dict[str, int]:
-    """Convert COCO's instance file into one PNG mask per image (``<file stem>.png``, values 0,
-    1 and 255 = ignore: ``coco_person_mask``), for the images of ``keep`` (ids; None: all).
-    Returns counts: images written, with people, crowd regions. Each PNG is written whole
-    (temporary name, then renamed)."""
+def load_coco_instances(path: Path) -> dict:
+    """A COCO instance file (``instances_*.json``) as its dict; an error names the file."""
     try:
-        data = json.loads(Path(instances).read_text())
-        images = {int(im["id"]): im for im in data["images"]}
-        anns: dict[int, list[dict]] = {}
-        for ann in data["annotations"]:
-            anns.setdefault(int(ann["image_id"]), []).append(ann)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data.get("images"), list) or not isinstance(
+            data.get("annotations"), list
+        ):
+            raise ValueError("no 'images' and 'annotations' lists")
+    except (OSError, ValueError, AttributeError) as err:
         raise ValueError(
-            f"{instances}: not a COCO instance file ({type(err).__name__}: {err}); expected "
-            "JSON with 'images' and 'annotations', as instances_train2017.json"
+            f"{path}: not a COCO instance file ({type(err).__name__}: {err}); expected JSON "
+            "with 'images' and 'annotations', as instances_train2017.json"
         ) from err
+    return data
+
+
+def write_coco_person_masks(
+    instances: dict, out_dir: Path, keep: set[int] | None = None
+) -> dict[str, int]:
+    """One PNG mask per image of a COCO instance file's dict (``<file stem>.png``, values 0, 1
+    and 255 = ignore: ``coco_person_mask``), for the images of ``keep`` (ids; None: all).
+    Returns counts: images written, with people, with crowd regions. Each PNG is written whole
+    (temporary name, then renamed)."""
+    anns: dict[int, list[dict]] = {}
+    for ann in instances["annotations"]:
+        anns.setdefault(int(ann["image_id"]), []).append(ann)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {"images": 0, "with_people": 0, "with_crowds": 0}
-    for image_id, image in sorted(images.items()):
+    for image in sorted(instances["images"], key=lambda im: int(im["id"])):
+        image_id = int(image["id"])
         if keep is not None and image_id not in keep:
             continue
         mask = coco_person_mask(anns.get(image_id, []), (image["height"], image["width"]))

@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import Dataset
 
 from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName, MaskEncoding
-from seg.data.coco import list_coco128, list_negatives, read_yolo_mask
-from seg.data.download import ensure_dataset, resolve_data_root
+from seg.data.coco import list_coco128, list_coco_person, list_negatives, read_yolo_mask
+from seg.data.download import DatasetNotFoundError, ensure_dataset, resolve_data_root
 from seg.data.folder import list_folder
 from seg.data.io import (
     IGNORE_INDEX,
@@ -28,7 +28,8 @@ from seg.fileio import write_text
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg")  # training sources of human_mix
+# Training sources of human_mix (data.sources); coco_person is fetched only by name (its size).
+SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg", "coco_person")
 VAL_SOURCE_NAMES = ("coco128_seg",)  # sources that are only ever validated and tested
 NEGATIVES = "imagenet_negatives"  # the photos without people that data.negatives names
 _IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
@@ -128,6 +129,8 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
     valid = [*SOURCE_NAMES, *VAL_SOURCE_NAMES]
     if name not in valid:
         raise ValueError(f"unknown dataset source {name!r}; valid: {[*valid, 'folder']}")
+    if name == "coco_person":
+        return list_coco_person(coco_person_folder(root), policy)
     folder = ensure_dataset(name, root, cfg.download)
     if name == "coco128_seg":
         return list_coco128(folder, policy)
@@ -136,6 +139,20 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
     if name == "ccp":
         return list_ccp(folder, cfg.val_fraction, cfg.test_fraction, policy)
     return list_vikram(folder, cfg.val_fraction, cfg.test_fraction, policy)
+
+
+def coco_person_folder(root: Path) -> Path:
+    """``root/coco_person`` if it holds the layout of ``seg.data.coco_download``; it is not
+    fetched on its own (about 11 GB): the error says how."""
+    folder = root / "coco_person"
+    if not all((folder / kind / "train2017").is_dir() for kind in ("images", "masks")):
+        raise DatasetNotFoundError(
+            f"dataset 'coco_person' not found in {folder} (expected images/train2017/ and "
+            "masks/train2017/). It is large (COCO 2017's ~64k photos with people, about 11 "
+            f"GB) and fetched only on request: python scripts/download_data.py coco_person "
+            f"--root {root} (resumable; data/README.md)"
+        )
+    return folder
 
 
 def list_negatives_of(cfg: DataConfig) -> Listing:
