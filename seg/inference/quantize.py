@@ -17,7 +17,7 @@ with PyTorch on 0.9807 of the pixels there against 0.9964 in exact arithmetic, t
 random net on 0.86. There the weights keep 7 bits (``U8S8_7BIT``, ONNX Runtime's
 ``reduce_range``: within +-64, so every pair stays within 2 x 255 x 64 = 32640), as ONNX
 Runtime's quantisation guide recommends for such CPUs: exact, for 0.1-0.5 points of test IoU
-(uint8 weights, exact too, ran 5-8x slower than fp32 there; docs/benchmarks.md). Each kind of
+(uint8 weights, exact too, ran 5-7x slower than fp32 there; docs/benchmarks.md). Each kind of
 CPU makes and caches its own file (the settings are part of its name), so a run folder that
 moves between machines never runs a file made for the other kind.
 
