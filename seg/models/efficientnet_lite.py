@@ -18,67 +18,71 @@ differ from the weights files', so every key would need mapping and could be sil
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+# (kernel, repeats, in, out, expand ratio, first stride) of Lite0's seven block groups.
+LITE0_BLOCKS = (
+    (3, 1, 32, 16, 1, 1),
+    (3, 2, 16, 24, 6, 2),
+    (5, 2, 24, 40, 6, 2),
+    (3, 3, 40, 80, 6, 2),
+    (5, 3, 80, 112, 6, 1),
+    (5, 4, 112, 192, 6, 2),
+    (3, 1, 192, 320, 6, 1),
+)
+LEVEL_GROUPS = (0, 1, 2, 4, 6)  # the last block group of each stride level 2, 4, 8, 16, 32
+SCALING = {"lite0": (1.0, 1.0), "lite1": (1.0, 1.1), "lite2": (1.1, 1.2)}  # (width, depth)
+
+
+def round_filters(channels: int, width: float, divisor: int = 8) -> int:
+    """TensorFlow's rounding of a scaled channel count to a multiple of ``divisor``."""
+    if width == 1.0:
+        return channels
+    scaled = channels * width
+    rounded = max(divisor, int(scaled + divisor / 2) // divisor * divisor)
+    return int(rounded + divisor if rounded < 0.9 * scaled else rounded)
+
 
 @dataclass(frozen=True)
 class LiteVariant:
-    """One member of the family: its block groups and where its five stride levels end."""
+    """One member of the family: Lite0's block groups scaled by ``width`` and ``depth``, the
+    stem's 32 channels and the first and last groups' repeats kept (``fix_head_stem``)."""
 
-    # (kernel, repeats, in, out, expand ratio, first stride) of the seven block groups
-    blocks: tuple[tuple[int, int, int, int, int, int], ...]
-    stage_ends: tuple[int, ...]  # last block of each stride level 2, 4, 8, 16, 32
-    stage_channels: tuple[int, ...]  # their output channels
+    width: float
+    depth: float
+
+    @property
+    def blocks(self) -> tuple[tuple[int, int, int, int, int, int], ...]:
+        out = []
+        for i, (kernel, repeats, in_ch, out_ch, expand, stride) in enumerate(LITE0_BLOCKS):
+            if 0 < i < len(LITE0_BLOCKS) - 1:
+                repeats = math.ceil(self.depth * repeats)
+            in_ch = in_ch if i == 0 else round_filters(in_ch, self.width)
+            out.append((kernel, repeats, in_ch, round_filters(out_ch, self.width), expand, stride))
+        return tuple(out)
+
+    @property
+    def stage_ends(self) -> tuple[int, ...]:
+        """The last block of each stride level 2, 4, 8, 16, 32."""
+        ends = list(itertools.accumulate(b[1] for b in self.blocks))
+        return tuple(ends[g] - 1 for g in LEVEL_GROUPS)
+
+    @property
+    def stage_channels(self) -> tuple[int, ...]:
+        return tuple(self.blocks[g][3] for g in LEVEL_GROUPS)
 
     @property
     def last_channels(self) -> int:
         return self.blocks[-1][3]
 
 
-VARIANTS = {
-    "lite0": LiteVariant(
-        blocks=(
-            (3, 1, 32, 16, 1, 1),
-            (3, 2, 16, 24, 6, 2),
-            (5, 2, 24, 40, 6, 2),
-            (3, 3, 40, 80, 6, 2),
-            (5, 3, 80, 112, 6, 1),
-            (5, 4, 112, 192, 6, 2),
-            (3, 1, 192, 320, 6, 1),
-        ),
-        stage_ends=(0, 2, 4, 10, 15),
-        stage_channels=(16, 24, 40, 112, 320),
-    ),
-    "lite1": LiteVariant(  # depth 1.1
-        blocks=(
-            (3, 1, 32, 16, 1, 1),
-            (3, 3, 16, 24, 6, 2),
-            (5, 3, 24, 40, 6, 2),
-            (3, 4, 40, 80, 6, 2),
-            (5, 4, 80, 112, 6, 1),
-            (5, 5, 112, 192, 6, 2),
-            (3, 1, 192, 320, 6, 1),
-        ),
-        stage_ends=(0, 3, 6, 14, 20),
-        stage_channels=(16, 24, 40, 112, 320),
-    ),
-    "lite2": LiteVariant(  # width 1.1, depth 1.2
-        blocks=(
-            (3, 1, 32, 16, 1, 1),
-            (3, 3, 16, 24, 6, 2),
-            (5, 3, 24, 48, 6, 2),
-            (3, 4, 48, 88, 6, 2),
-            (5, 4, 88, 120, 6, 1),
-            (5, 5, 120, 208, 6, 2),
-            (3, 1, 208, 352, 6, 1),
-        ),
-        stage_ends=(0, 3, 6, 14, 20),
-        stage_channels=(16, 24, 48, 120, 352),
-    ),
-}
+VARIANTS = {name: LiteVariant(*scaling) for name, scaling in SCALING.items()}
+
 # TensorFlow's batch-norm settings, which the weights were trained with.
 BN_EPS, BN_MOMENTUM = 1e-3, 0.01
 # The classifier's head, which a segmentation column drops.
