@@ -105,9 +105,10 @@ def check_outputs(out: Path, n: int, panel_hw: tuple[int, int]) -> tuple[dict, l
     assert (out / "per_image.csv").read_text().splitlines()[0] == ",".join(CSV_COLUMNS)
     for key in ("checkpoint", "data", "split", "tta", "target_pixel_acc", "pass", "overall"):
         assert key in result, key
-    assert set(result["overall"]) == {*SUMMARY_KEYS, "images"} and result["overall"]["images"] == n
+    counts = {"images", "empty_images"}
+    assert set(result["overall"]) == {*SUMMARY_KEYS, *counts} and result["overall"]["images"] == n
     for source in result["per_source"].values():
-        assert set(source) == {*SUMMARY_KEYS, "images"}
+        assert set(source) == {*SUMMARY_KEYS, *counts}
     gallery = sorted((out / "worst").glob("*.png"))
     assert [p.name[:3] for p in gallery] == [f"{k:02d}_" for k in range(1, WORST + 1)]
     for path in gallery:

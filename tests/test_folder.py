@@ -36,7 +36,7 @@ def _write_pairs(images: Path, masks: Path, raw: np.ndarray, pattern: str, n: in
         cv2.imwrite(str(masks / pattern.format(stem=stem)), raw)
 
 
-@pytest.mark.parametrize("encoding", list(MaskEncoding))
+@pytest.mark.parametrize("encoding", list(RAW))  # yolo's text labels: tests/test_coco.py
 def test_every_encoding_gives_the_person(tmp_path: Path, encoding: MaskEncoding) -> None:
     _write_pairs(tmp_path / "images", tmp_path / "masks", RAW[encoding], "{stem}_mask.png")
     cfg = FolderConfig(mask_pattern="{stem}_mask.png", encoding=encoding)
