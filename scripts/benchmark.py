@@ -33,6 +33,7 @@ from pathlib import Path
 from seg.benchmark.models import PRECISIONS, ModelBenchSettings
 from seg.benchmark.run import SECTIONS, BenchmarkOptions, run_benchmark
 from seg.benchmark.tables import format_report
+from seg.cli import user_errors
 from seg.fileio import write_text
 
 
@@ -82,18 +83,15 @@ def main(argv: list[str] | None = None) -> dict:
         steps=args.steps,
         seconds=args.seconds,
     )
-    try:
-        opts = BenchmarkOptions(
-            settings=settings,
-            sections=args.sections,
-            models=args.models,
-            isolate=args.isolate,
-            data_root=args.data_root,
-            data_workers=args.data_workers,
-            scaling_steps=args.scaling_steps,
-        )
-    except ValueError as err:
-        raise SystemExit(str(err)) from err
+    opts = BenchmarkOptions(
+        settings=settings,
+        sections=args.sections,
+        models=args.models,
+        isolate=args.isolate,
+        data_root=args.data_root,
+        data_workers=args.data_workers,
+        scaling_steps=args.scaling_steps,
+    )
     result = run_benchmark(opts)
     print(format_report(result))
     if args.json is not None:
@@ -102,4 +100,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with user_errors("benchmark"):  # a bad option: one line, exit code 2
+        main()

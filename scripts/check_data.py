@@ -18,6 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
+from seg.cli import user_errors
 from seg.config import compose_config
 from seg.data import SOURCE_NAMES, VAL_SOURCE_NAMES, source_names
 from seg.data.check import format_reports, scan_source
@@ -72,4 +73,5 @@ def verify(names: list[str], overrides: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with user_errors("check_data"):  # a missing root or a bad key: one line, exit code 2
+        sys.exit(main())

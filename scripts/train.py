@@ -15,11 +15,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from seg.checkpoint import CheckpointError
+from seg.cli import user_errors
 from seg.config import check_retired_overrides, register_configs
-from seg.data.download import DatasetNotFoundError, DownloadError
 from seg.engine.launch import hydra_overrides
-from seg.engine.run_dir import RunDirError
 from seg.engine.train import train
 
 
@@ -27,20 +25,16 @@ from seg.engine.train import train
 def main(cfg: DictConfig) -> float:
     """Return the final value of the metric best.pt follows (``best_key``: person IoU by
     default, over the training sources when one is held out): what a Hydra sweeper optimises."""
-    try:
+    # A config value out of range, missing data, a busy run folder, a checkpoint that cannot
+    # be resumed: one line saying what to do, exit code 2. A bug keeps its traceback.
+    with user_errors("train"):
         result = train(cfg)
-        return result[result["best_key"]]
-    except (DownloadError, DatasetNotFoundError, RunDirError, CheckpointError) as err:
-        # Missing data, a busy or occupied run folder, a checkpoint that cannot be resumed:
-        # the user's to fix. Say what to do, without a traceback.
-        raise SystemExit(f"error: {err}") from None
+    return result[result["best_key"]]
 
 
 if __name__ == "__main__":
-    try:
+    with user_errors("train"):
         check_retired_overrides(sys.argv[1:])
-    except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
     register_configs()
     sys.argv += hydra_overrides()  # under torchrun: one run directory for all ranks
     main()

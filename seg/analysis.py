@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from seg.config import TARGET_PIXEL_ACC, to_config
+from seg.errors import ConfigError, DataError, MissingFileError
 from seg.evaluation.report import CSV_COLUMNS, TRAIN_SOURCES, meets_target
 
 try:
@@ -73,7 +74,7 @@ def load_jsonl(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     path = path / "metrics.jsonl" if path.is_dir() else path
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file (a training run writes metrics.jsonl)")
+        raise MissingFileError(f"{path}: no such file (a training run writes metrics.jsonl)")
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     frame = pd.DataFrame.from_records(records)
     if frame.empty:
@@ -115,7 +116,7 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
     path = Path(run_dir).expanduser()
     cfg_path = path / "config.yaml"
     if not cfg_path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path} is not a training run directory: no config.yaml in it (expected the "
             "directory that scripts/train.py wrote, e.g. outputs/<date>/<time>)"
         )
@@ -237,7 +238,7 @@ def plot_curves(
     """One panel per tag, one line per run; ``target`` draws a line on ``*pixel_acc`` panels."""
     tags = list(tags)
     if not tags:
-        raise ValueError("no tags to plot; the runs log: " + ", ".join(match_tags(runs, ["*"])))
+        raise ConfigError("no tags to plot; the runs log: " + ", ".join(match_tags(runs, ["*"])))
     ncols = min(ncols, len(tags))
     nrows = -(-len(tags) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.2 * nrows), squeeze=False)
@@ -289,7 +290,7 @@ def load_per_image(eval_dir: str | Path) -> pd.DataFrame:
     frame = pd.read_csv(path, dtype={"name": str, "source": str})
     missing = [c for c in PER_IMAGE_COLUMNS if c not in frame.columns]
     if missing:
-        raise ValueError(
+        raise DataError(
             f"{path}: missing columns {missing}; expected {list(PER_IMAGE_COLUMNS)} "
             f"(found {list(frame.columns)})"
         )

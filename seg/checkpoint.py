@@ -19,11 +19,13 @@ import torch
 from torch import nn
 
 from seg.config import Config, to_config
+from seg.config.compose import RETIRED_KEYS
+from seg.errors import UserError
 from seg.fileio import atomic_path
 from seg.models import build_model
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint file is missing, damaged or not one of this project's."""
 
 
@@ -70,6 +72,27 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
         ) from err
     if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
         raise CheckpointError(f"{path} is not a checkpoint of this project (no model/config)")
+    return upgrade_checkpoint(ckpt)
+
+
+# Training-state keys added later, with the value a checkpoint written before them stands for.
+LATER_STATE_KEYS: dict[str, Any] = {"train_skipped": 0, "best_of": None}
+
+
+def upgrade_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of any earlier version of this project in today's form, in place: the one
+    home of every compatibility shim. Config keys that were retired (``RETIRED_KEYS``) are
+    dropped from its stored config; training-state keys added later get the value an older
+    checkpoint stands for."""
+    config = ckpt["config"]
+    if isinstance(config, dict):
+        for key in RETIRED_KEYS:
+            group, name = key.split(".")
+            if isinstance(config.get(group), dict):
+                config[group].pop(name, None)
+    if "step" in ckpt:  # a training checkpoint (not a weights-only file)
+        for key, value in LATER_STATE_KEYS.items():
+            ckpt.setdefault(key, value)
     return ckpt
 
 

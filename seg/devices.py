@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from seg.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -29,7 +31,7 @@ def auto_device_indices(
     Pure function of the counts, so the mapping is testable without GPUs.
     """
     if not 0 <= local_rank < local_world_size:
-        raise ValueError(f"local rank {local_rank} is outside 0..{local_world_size - 1}")
+        raise ConfigError(f"local rank {local_rank} is outside 0..{local_world_size - 1}")
     if device_count == 0:
         return None
     if local_world_size * n_columns <= device_count:
@@ -37,7 +39,7 @@ def auto_device_indices(
         return list(range(first, first + n_columns))
     if local_world_size <= device_count:
         return [local_rank] * n_columns
-    raise ValueError(
+    raise ConfigError(
         f"{local_world_size} processes per node but only {device_count} CUDA device(s) are "
         "visible: start at most one process per GPU, or give the devices explicitly"
     )
@@ -53,7 +55,7 @@ def _parse_device(text: str, device_count: int, local_rank: int, key: str) -> to
     try:
         device = torch.device(text)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(
+        raise ConfigError(
             f"{key}: {text!r} is not a device; expected 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'"
         ) from err
     if device.type == "cpu":
@@ -62,9 +64,9 @@ def _parse_device(text: str, device_count: int, local_rank: int, key: str) -> to
         # A bare "cuda" means this replica's GPU, so one config serves every torchrun rank.
         index = local_rank if device.index is None else device.index
         if device_count == 0:
-            raise ValueError(f"{key}: {text!r} requested but no CUDA device is visible; use auto")
+            raise ConfigError(f"{key}: {text!r} requested but no CUDA device is visible; use auto")
         if index >= device_count:
-            raise ValueError(
+            raise ConfigError(
                 f"{key}: cuda:{index} requested but only {device_count} CUDA "
                 f"device(s) are visible (CUDA_VISIBLE_DEVICES="
                 f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
@@ -72,7 +74,7 @@ def _parse_device(text: str, device_count: int, local_rank: int, key: str) -> to
         return torch.device("cuda", index)
     if device.type == "mps" and _mps_available():
         return device
-    raise ValueError(f"{key}: {text!r} is not available on this machine")
+    raise ConfigError(f"{key}: {text!r} is not available on this machine")
 
 
 def resolve_devices(
@@ -110,11 +112,11 @@ def resolve_devices(
         no_gpu = torch.device("mps") if mps and _mps_available() else torch.device("cpu")
         return [no_gpu] * n_columns
     if "auto" in names:
-        raise ValueError(f"{key}: 'auto' must be the only entry, got {names}")
+        raise ConfigError(f"{key}: 'auto' must be the only entry, got {names}")
     if len(names) == 1:
         names = names * n_columns
     if len(names) != n_columns:
-        raise ValueError(
+        raise ConfigError(
             f"{key} has {len(names)} entries {names} but the model has {n_columns} "
             "column(s): give one device for all, one per column, or auto"
         )
@@ -123,7 +125,7 @@ def resolve_devices(
     if explicit and local_world_size > 1 and device_count >= local_world_size * len(explicit):
         # Every replica of this node sees all its GPUs (no per-task binding) and would take the
         # same ones: NCCL stops at its first collective with "Duplicate GPU detected".
-        raise ValueError(
+        raise ConfigError(
             f"{key}={names}: with {local_world_size} replicas on this node, GPU indices put "
             "every replica on the same GPUs; use auto (replica r takes GPUs r*k..r*k+k-1 for "
             "a k-column model) or a bare 'cuda' (this replica's GPU)"

@@ -17,6 +17,7 @@ from torch import nn
 from seg.config import Config, ExportConfig
 from seg.data.io import read_image
 from seg.data.transforms import check_aug_config
+from seg.errors import DataError
 from seg.inference.onnx import (
     AXES,
     INPUT_NAME,
@@ -63,7 +64,7 @@ def _verification_images(cfg: ExportConfig) -> list[np.ndarray]:
 
     paths = find_inputs(Path(cfg.images)).images[: cfg.max_images]
     if not paths:
-        raise ValueError(f"images={cfg.images!r} holds no image to verify the export on")
+        raise DataError(f"images={cfg.images!r} holds no image to verify the export on")
     return read_images(paths)
 
 

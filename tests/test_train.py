@@ -36,6 +36,7 @@ from seg.engine.optim import (
     resolve_precision,
 )
 from seg.engine.train import train
+from seg.errors import UserError
 from seg.evaluation.report import format_training_report
 from seg.metrics import SegMetrics
 from seg.models import build_model, num_columns
@@ -492,5 +493,5 @@ def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_
 
     for i in VAL_IDS[1:]:
         (data_root / "images" / "val" / f"{i}.jpg").write_bytes(b"")
-    with pytest.raises(RuntimeError, match=r"validation scored no pixel: all 3 pairs"):
+    with pytest.raises(UserError, match=r"validation scored no pixel: all 3 pairs"):
         train(compose_dict("train", [*tiny_overrides(data_root, tmp_path / "r2"), *over[-2:]]))

@@ -23,6 +23,7 @@ from seg.config import CONFIG_DIR, Config, ModelConfig, compose_config
 from seg.devices import resolve_devices
 from seg.engine.optim import autocast_dtype, resolve_precision
 from seg.engine.step import build_stepper
+from seg.errors import ConfigError
 from seg.models import SegmentationModel, build_model
 
 # The engine's trainer.precision values the tables compare (fp16 needs CUDA: measure it there).
@@ -55,9 +56,9 @@ class ModelBenchSettings:
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r}; valid: {list(PRECISIONS)}")
+            raise ConfigError(f"precision {self.precision!r}; valid: {list(PRECISIONS)}")
         if self.batch < 2:
-            raise ValueError(f"batch must be >= 2 (BatchNorm in training), got {self.batch}")
+            raise ConfigError(f"batch must be >= 2 (BatchNorm in training), got {self.batch}")
 
 
 def model_config_names() -> list[str]:
@@ -80,7 +81,7 @@ def split_model_spec(spec: str) -> ModelSpec:
     bad = [o for o in options if o not in SPEC_OPTIONS]
     precisions = [o for o in options if o in PRECISIONS]
     if bad or len(precisions) > 1 or len(set(options)) < len(options):
-        raise ValueError(
+        raise ConfigError(
             f"model spec {spec!r}: options {options} are not a subset of {list(SPEC_OPTIONS)} "
             "with at most one precision"
         )
@@ -91,7 +92,7 @@ def check_model_names(specs: list[str]) -> None:
     """Raise ValueError naming unknown model configs or spec options, and the valid ones."""
     unknown = sorted({split_model_spec(s).name for s in specs} - set(model_config_names()))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"unknown model config(s) {unknown}; valid: {model_config_names()}, each "
             f"optionally with ':'-separated options from {list(SPEC_OPTIONS)}"
         )

@@ -26,6 +26,7 @@ from seg.benchmark.scaling import cpu_cores, measure_scaling
 from seg.config import compose_config
 from seg.data.download import DatasetNotFoundError
 from seg.devices import cpu_isa, cpuinfo_field
+from seg.errors import ConfigError
 from seg.inference.backend import missing_onnx_packages
 
 log = logging.getLogger(__name__)
@@ -53,16 +54,16 @@ class BenchmarkOptions:
     def __post_init__(self) -> None:
         bad = sorted(set(self.sections) - set(SECTIONS))
         if bad:
-            raise ValueError(f"unknown section(s) {bad}; valid: {list(SECTIONS)}")
+            raise ConfigError(f"unknown section(s) {bad}; valid: {list(SECTIONS)}")
         check_model_names(self.models or [])
         for key in ("data_model", "scaling_model"):
             if getattr(self, key) not in model_config_names():
-                raise ValueError(
+                raise ConfigError(
                     f"{key}={getattr(self, key)!r} is not a configs/model name (no "
                     f"':compile' here); valid: {model_config_names()}"
                 )
         if any(w < 0 for w in self.data_workers):
-            raise ValueError(f"data_workers must be >= 0, got {self.data_workers}")
+            raise ConfigError(f"data_workers must be >= 0, got {self.data_workers}")
 
 
 def machine_info(device: str) -> dict[str, Any]:

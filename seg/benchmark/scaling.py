@@ -28,6 +28,7 @@ from seg import distributed as du
 from seg.benchmark.models import ModelBenchSettings, build_placed, load_config
 from seg.benchmark.timing import sync
 from seg.engine.step import build_stepper
+from seg.errors import ConfigError
 
 
 def cpu_cores() -> int:
@@ -42,7 +43,7 @@ def first_gpu(device: str) -> int | None:
     if parsed.type == "cpu":
         return None
     if parsed.type != "cuda":
-        raise ValueError(f"the scaling benchmark runs on cpu or cuda[:K], not {device!r}")
+        raise ConfigError(f"the scaling benchmark runs on cpu or cuda[:K], not {device!r}")
     return parsed.index or 0
 
 
@@ -50,7 +51,7 @@ def gpus_from(device: str, visible: int) -> int:
     """How many GPUs a sweep from ``device``'s index can use of ``visible``."""
     start = first_gpu(device) or 0
     if start >= visible:
-        raise ValueError(f"--device {device}: only {visible} GPU(s) visible (cuda:0..)")
+        raise ConfigError(f"--device {device}: only {visible} GPU(s) visible (cuda:0..)")
     return visible - start
 
 

@@ -17,6 +17,7 @@ from omegaconf import MISSING
 
 from seg.config.compose import compose
 from seg.config.data import DataConfig
+from seg.errors import ConfigError
 
 SPLITS = ("train", "val", "test", "all")  # all: every pair of the dataset, whatever its split
 
@@ -162,7 +163,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
     checks += check_refine_config(cfg.refine)
     for ok, key, value, expected in checks:
         if not ok:
-            raise ValueError(f"{key}={value!r} is invalid: expected {expected}")
+            raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")
 
 
 def compose_eval_config(overrides: list[str]) -> EvalConfig:
@@ -172,7 +173,7 @@ def compose_eval_config(overrides: list[str]) -> EvalConfig:
     """
     given = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     if any(k.startswith("data.") for k in given) and "data" not in given:
-        raise ValueError(
+        raise ConfigError(
             f"{[o for o in overrides if o.startswith('data.')]} needs the dataset config as "
             "well: give data=NAME first (e.g. data=folder data.root=PATH); without data=NAME "
             "the checkpoint's data is evaluated as it was configured"

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from seg.errors import ConfigError
+
 
 class ModelName(str, Enum):
     # seg/models/multicolumn.py: configs dual_channel, single_column, multi_column
@@ -97,6 +99,6 @@ class ModelConfig:
 
     def __post_init__(self) -> None:  # as every schema: range checks when the object is made
         if self.decoder_stride not in DECODER_STRIDES:
-            raise ValueError(
+            raise ConfigError(
                 f"model.decoder_stride must be one of {DECODER_STRIDES}, got {self.decoder_stride}"
             )

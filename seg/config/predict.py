@@ -23,6 +23,7 @@ from seg.config.evaluate import (
     RefineConfig,
     check_refine_config,
 )
+from seg.errors import ConfigError
 
 
 class OutputKind(str, Enum):
@@ -92,10 +93,10 @@ def check_predict_config(cfg: PredictConfig) -> None:
     ]
     for ok, key, value, expected in checks:
         if not ok:
-            raise ValueError(f"{key}={value!r} is invalid: expected {expected}")
+            raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")
     source = Path(cfg.input).expanduser()
     if source.is_dir() and source.resolve() == Path(cfg.out).expanduser().resolve():
-        raise ValueError(
+        raise ConfigError(
             f"out={cfg.out!r} is the input folder: a second run would predict its own outputs; "
             "choose another folder (e.g. a subfolder)"
         )

@@ -32,6 +32,7 @@ from seg.data.listing import (
     hash_split,
     natural_key,
 )
+from seg.errors import DataError, MissingFileError
 from seg.fileio import atomic_path
 
 YOLO_PERSON = 0  # COCO's person in the 80-class order of YOLO labels
@@ -130,7 +131,7 @@ def list_negatives(folder: Path, source: str = "negatives") -> Listing:
     """Every photo of ``folder`` (not its subfolders) as a training sample without people."""
     photos = _files(folder, IMAGE_SUFFIXES)
     if not photos:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"data.negatives: no photos ({', '.join(IMAGE_SUFFIXES)}) in {folder}; expected a "
             "folder of photos that show nobody"
         )
@@ -175,7 +176,7 @@ def decode_rle(rle: dict, size_hw: tuple[int, int]) -> np.ndarray:
     height, width = (int(v) for v in rle.get("size", size_hw))
     runs = rle_counts(rle["counts"])
     if sum(runs) != height * width or min(runs, default=0) < 0:
-        raise ValueError(f"RLE runs cover {sum(runs)} pixels, expected {height} x {width}")
+        raise DataError(f"RLE runs cover {sum(runs)} pixels, expected {height} x {width}")
     values = np.zeros(len(runs), np.uint8)
     values[1::2] = 1
     return np.repeat(values, runs).reshape(width, height).T.copy()
@@ -215,7 +216,7 @@ def load_coco_instances(path: Path) -> dict:
         ):
             raise ValueError("no 'images' and 'annotations' lists")
     except (OSError, ValueError, AttributeError) as err:
-        raise ValueError(
+        raise DataError(
             f"{path}: not a COCO instance file ({type(err).__name__}: {err}); expected JSON "
             "with 'images' and 'annotations', as instances_train2017.json"
         ) from err

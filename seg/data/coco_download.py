@@ -30,6 +30,7 @@ import numpy as np
 
 from seg.data.coco import COCO_PERSON, write_coco_person_masks
 from seg.data.download import MARKER, DownloadError
+from seg.errors import ConfigError
 from seg.fileio import atomic_path
 from seg.locks import file_lock
 
@@ -89,7 +90,7 @@ def download_coco_person(
     """Fetch ``coco_person`` into ``root`` (module docstring) and return its folder.
     ``negatives_share``: the share of the photos without people that are kept too."""
     if not 0 <= negatives_share <= 1:
-        raise ValueError(f"negatives_share={negatives_share} must be in [0, 1]")
+        raise ConfigError(f"negatives_share={negatives_share} must be in [0, 1]")
     root = Path(root).expanduser().absolute()
     target = root / NAME
     if (target / MARKER).is_file():

@@ -25,6 +25,7 @@ import numpy as np
 
 from seg.config import PERSON, BadSamplePolicy
 from seg.data.io import BadSampleError
+from seg.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,13 @@ class PastePeople(A.DualTransform):
     ) -> None:
         super().__init__(p=p)
         if len(pool) == 0:
-            raise ValueError("PastePeople needs a non-empty pool of samples to paste from")
+            raise ConfigError("PastePeople needs a non-empty pool of samples to paste from")
         if max_people < 1:
-            raise ValueError(f"max_people must be >= 1, got {max_people!r}")
+            raise ConfigError(f"max_people must be >= 1, got {max_people!r}")
         if not 0 < scale[0] <= scale[1]:
-            raise ValueError(f"scale must be (lo, hi) with 0 < lo <= hi, got {scale!r}")
+            raise ConfigError(f"scale must be (lo, hi) with 0 < lo <= hi, got {scale!r}")
         if feather < 0:
-            raise ValueError(f"feather must be >= 0, got {feather!r}")
+            raise ConfigError(f"feather must be >= 0, got {feather!r}")
         self.pool = pool
         self.max_people = int(max_people)
         self.scale = (float(scale[0]), float(scale[1]))

@@ -24,6 +24,7 @@ from seg.data.io import (
 )
 from seg.data.listing import SPLITS, Listing, SampleRef, list_ccp, list_eg_portrait, list_vikram
 from seg.data.transforms import build_train_transform
+from seg.errors import ConfigError, DataError, MissingFileError
 from seg.fileio import write_text
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class SegDataset(Dataset):
             ref = self.refs[i]
             sample.update(id=ref.id, source=ref.source, skipped=skipped)
             return sample
-        raise RuntimeError(f"all {len(self.refs)} samples of the dataset are bad (see the log)")
+        raise DataError(f"all {len(self.refs)} samples of the dataset are bad (see the log)")
 
     def _to_tensors(self, image: np.ndarray, mask: np.ndarray) -> dict:
         if self.transform is not None:
@@ -128,7 +129,7 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
         return list_folder(root, cfg.folder, cfg.val_fraction, cfg.test_fraction, policy)
     valid = [*SOURCE_NAMES, *VAL_SOURCE_NAMES]
     if name not in valid:
-        raise ValueError(f"unknown dataset source {name!r}; valid: {[*valid, 'folder']}")
+        raise ConfigError(f"unknown dataset source {name!r}; valid: {[*valid, 'folder']}")
     if name == "coco_person":
         return list_coco_person(coco_person_folder(root), policy)
     folder = ensure_dataset(name, root, cfg.download)
@@ -164,7 +165,7 @@ def list_negatives_of(cfg: DataConfig) -> Listing:
         return list_negatives(ensure_dataset(NEGATIVES, root, cfg.download) / "images", NEGATIVES)
     folder = root / Path(cfg.negatives).expanduser()  # an absolute path replaces the root
     if not folder.is_dir():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"data.negatives={cfg.negatives!r}: no folder {folder}; expected {NEGATIVES!r} or a "
             "folder of photos without people"
         )
@@ -176,9 +177,7 @@ def negative_refs(cfg: DataConfig, positives: int, seed: int = 0) -> list[Sample
     ``positives`` photos with people, taken from the folder in an order drawn from ``seed``
     (the same ones every epoch of a run; when the share needs more photos than the folder has,
     each is used before any repeats)."""
-    share = cfg.negatives_p
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
-        raise ValueError(f"data.negatives_p={share!r} must be a share in [0, 1)")
+    share = cfg.negatives_p  # in [0, 1): DataConfig checks it
     if share == 0:
         return []
     refs = list(list_negatives_of(cfg).refs.values())
@@ -198,17 +197,17 @@ def source_names(cfg: DataConfig) -> list[str]:
     if name != DatasetName.human_mix.value:
         names = [name]
     elif not cfg.sources:
-        raise ValueError("data.sources is empty; human_mix needs at least one source")
+        raise ConfigError("data.sources is empty; human_mix needs at least one source")
     else:
         unknown = [s for s in cfg.sources if s not in SOURCE_NAMES]
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"data.sources has unknown names {unknown}; valid: {list(SOURCE_NAMES)}"
             )
         names = list(cfg.sources)
         extra = list(cfg.val_sources or [])
         if [s for s in extra if s not in VAL_SOURCE_NAMES] or len(set(extra)) < len(extra):
-            raise ValueError(
+            raise ConfigError(
                 f"data.val_sources={extra} must name each of {list(VAL_SOURCE_NAMES)} at most "
                 "once ([] for none); to validate a training source without training on it, "
                 "use data.train_sources"
@@ -217,7 +216,7 @@ def source_names(cfg: DataConfig) -> list[str]:
     if chosen is not None and (
         not chosen or len(set(chosen)) < len(chosen) or not set(chosen) <= set(names)
     ):
-        raise ValueError(
+        raise ConfigError(
             f"data.train_sources={chosen} must name each source once, one or more of {names} "
             f"(data.sources for human_mix), or be null for all of them"
         )
@@ -236,7 +235,7 @@ def build_dataset(cfg: DataConfig, split: str, transform: Transform | None = Non
     """One dataset for a split; for human_mix the union of the sources' splits (for the train
     split, of ``data.train_sources``)."""
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid: {list(SPLITS)}")
+        raise ConfigError(f"unknown split {split!r}; valid: {list(SPLITS)}")
     names = train_source_names(cfg) if split == "train" else source_names(cfg)
     refs = [ref for name in names for ref in list_source(cfg, name).split_refs(split)]
     return SegDataset(refs, transform, cfg.on_bad_sample, cfg.mask_resize_tolerance)

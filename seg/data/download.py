@@ -30,6 +30,7 @@ from types import MappingProxyType
 from tqdm import tqdm
 
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
+from seg.errors import ConfigError, MissingFileError, UserError
 from seg.fileio import atomic_path
 from seg.locks import file_lock
 
@@ -42,11 +43,11 @@ _CHUNK = 1 << 20
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 
 
-class DownloadError(RuntimeError):
+class DownloadError(UserError, RuntimeError):
     """A dataset could not be fetched, unpacked or verified; nothing half-done was left."""
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(MissingFileError):
     """A dataset is missing and downloading is switched off."""
 
 
@@ -190,7 +191,7 @@ def get_source(name: str) -> DatasetSource:
     try:
         return SOURCES[name]
     except KeyError:
-        raise ValueError(
+        raise ConfigError(
             f"unknown dataset {name!r}; downloadable datasets: {', '.join(SOURCES)}"
         ) from None
 

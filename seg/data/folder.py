@@ -15,6 +15,7 @@ from seg.data.listing import (
     fraction_splits,
     natural_key,
 )
+from seg.errors import ConfigError, DataError, MissingFileError
 
 
 def list_folder(
@@ -32,7 +33,7 @@ def list_folder(
     images_dir = _under(root, cfg.images)
     masks_dir = _under(root, cfg.masks)
     if not 0 <= cfg.alpha_threshold <= 255:
-        raise ValueError(f"data.folder.alpha_threshold={cfg.alpha_threshold} must be in 0..255")
+        raise ConfigError(f"data.folder.alpha_threshold={cfg.alpha_threshold} must be in 0..255")
     spec = MaskSpec(cfg.encoding, None, cfg.alpha_threshold, cfg.ignore_value)
     listing = Listing("folder", {}, {})
     if all((images_dir / s).is_dir() for s in ("train", "val")):
@@ -53,7 +54,7 @@ def mask_name(pattern: str, image: Path) -> str:
     try:
         return pattern.format(stem=image.stem, name=image.name, suffix=image.suffix)
     except (KeyError, IndexError, ValueError) as exc:
-        raise ValueError(
+        raise ConfigError(
             f"data.folder.mask_pattern={pattern!r} is invalid ({exc!r}); it may use only "
             "{stem}, {name} and {suffix}, e.g. '{stem}_mask.png'"
         ) from None
@@ -69,9 +70,9 @@ def _pair(
     prefix: str,
 ) -> list[str]:
     if not images_dir.is_dir():
-        raise FileNotFoundError(f"images folder {images_dir} does not exist (data.folder.images)")
+        raise MissingFileError(f"images folder {images_dir} does not exist (data.folder.images)")
     if not masks_dir.is_dir():
-        raise FileNotFoundError(f"masks folder {masks_dir} does not exist (data.folder.masks)")
+        raise MissingFileError(f"masks folder {masks_dir} does not exist (data.folder.masks)")
     suffixes = tuple(e.lower() for e in cfg.image_extensions)
     candidates = sorted(
         (p for p in images_dir.iterdir() if p.is_file() and p.suffix.lower() in suffixes),
@@ -90,14 +91,14 @@ def _pair(
             continue
         sample_id = prefix + image.stem
         if sample_id in listing.refs:
-            raise ValueError(
+            raise DataError(
                 f"two images share the name {image.stem!r} in {images_dir} "
                 f"({listing.refs[sample_id].image.name} and {image.name}); names must be unique"
             )
         listing.refs[sample_id] = SampleRef(sample_id, "folder", image, mask, spec)
         ids.append(sample_id)
     if not ids and not listing.problems:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"no images with extensions {list(suffixes)} in {images_dir} (data.folder.images)"
         )
     return ids

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.io
 
 from seg.config.data import IGNORE_INDEX, MaskEncoding
+from seg.errors import ConfigError, DataError
 
 # Largest image decoded, in pixels: PIL's decompression-bomb limit (2 x 89,478,485, ~179 MP,
 # 537 MB as RGB). A 875 KB PNG can claim 30000 x 30000 pixels (2.7 GB decoded); it is refused
@@ -23,13 +24,17 @@ from seg.config.data import IGNORE_INDEX, MaskEncoding
 MAX_IMAGE_PIXELS = 2 * 89_478_485
 
 
-class BadSampleError(ValueError):
-    """A sample that cannot be used: corrupt file, missing mask, size mismatch, bad values."""
+class BadSampleError(DataError):
+    """A sample that cannot be used: corrupt file, missing mask, size mismatch, bad values.
 
-    def __init__(self, path: Path | str, problem: str) -> None:
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{path}: {problem}")
+    ``BadSampleError(message)`` alone is how torch's DataLoader re-raises one from a worker
+    (``type(message)``): the message is then the original one, ``path`` and ``problem`` empty.
+    """
+
+    def __init__(self, path: Path | str, problem: str | None = None) -> None:
+        self.path = str(path) if problem is not None else ""
+        self.problem = problem or ""
+        super().__init__(f"{path}: {problem}" if problem is not None else str(path))
 
 
 def read_image(path: Path, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
@@ -146,7 +151,7 @@ def encode_mask(
             raise BadSampleError(path, f"alpha values outside 0..255: {_preview(values)}")
         person = raw >= alpha_threshold
     else:  # pragma: no cover - the enum is exhaustive
-        raise ValueError(f"unknown mask encoding {encoding!r}")
+        raise ConfigError(f"unknown mask encoding {encoding!r}")
     mask = person.astype(np.uint8)
     if ignore is not None:
         mask[ignore] = IGNORE_INDEX

@@ -20,6 +20,7 @@ import scipy.io
 
 from seg.config import BadSamplePolicy, MaskEncoding
 from seg.data.io import BadSampleError
+from seg.errors import ConfigError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Listing:
 
     def split_refs(self, split: str) -> list[SampleRef]:
         if split not in self.splits:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown split {split!r} for {self.source}; valid: {list(self.splits)}"
             )
         return [self.refs[i] for i in self.splits[split]]
@@ -86,7 +87,7 @@ def hash_split(ids: list[str], fractions: dict[str, float], salt: str) -> dict[s
 
 def _files(folder: Path, suffixes: tuple[str, ...]) -> dict[str, Path]:
     if not folder.is_dir():
-        raise FileNotFoundError(f"expected folder {folder} (is the dataset complete?)")
+        raise MissingFileError(f"expected folder {folder} (is the dataset complete?)")
     return {p.stem: p for p in folder.iterdir() if p.suffix.lower() in suffixes and p.is_file()}
 
 
@@ -191,15 +192,8 @@ def list_vikram(
 
 
 def fraction_splits(listing: Listing, val_fraction: float, test_fraction: float) -> dict:
-    """test / val / train drawn from the hash of each id, with fixed fractions."""
-    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"data.{name}={value} must be in [0, 1)")
-    if val_fraction + test_fraction >= 1.0:
-        raise ValueError(
-            f"data.val_fraction + data.test_fraction = {val_fraction + test_fraction} leaves no "
-            "training data; their sum must be below 1"
-        )
+    """test / val / train drawn from the hash of each id, with fixed fractions (checked by
+    ``DataConfig``: each in [0, 1), their sum below 1)."""
     fractions = {"test": test_fraction, "val": val_fraction, "train": 1.0}
     return hash_split(list(listing.refs), fractions, listing.source)
 

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from seg.data.transforms import seed_transform
+from seg.errors import ConfigError, DataError
 
 
 def _mix(*seeds: int) -> int:
@@ -77,11 +78,11 @@ def build_loader(
     sizes differ with their orientation.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
     if len(dataset) == 0:  # type: ignore[arg-type]
-        raise ValueError("the dataset is empty: check data.root and the split")
+        raise DataError("the dataset is empty: check data.root and the split")
     if num_workers > 0:
         # Workers are the parallelism; OpenCV's own pool would oversubscribe the cores, and a
         # pool alive at fork time hangs the children (see seed_worker). As mmsegmentation does.

@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from seg.errors import DataError
 from seg.fileio import write_text
 
 MANIFESTS = Path(__file__).with_name("manifests")
@@ -41,7 +42,7 @@ def read_manifest(path: Path) -> dict[str, str]:
             continue
         digest, sep, rel = line.partition("  ")
         if not sep or len(digest) != 64:
-            raise ValueError(f"{path}:{number}: expected '<sha256>  <path>', got {line!r}")
+            raise DataError(f"{path}:{number}: expected '<sha256>  <path>', got {line!r}")
         digests[rel] = digest
     return digests
 

@@ -34,6 +34,7 @@ from albumentations.pytorch import ToTensorV2
 from seg.config import AugConfig
 from seg.data.aug_params import AugParams, check_aug_config
 from seg.data.copy_paste import PastePeople, RawPool
+from seg.errors import ConfigError
 
 
 def _degradations(p: AugParams) -> list[A.BasicTransform]:
@@ -94,7 +95,7 @@ def build_train_transform(
     """
     p = check_aug_config(cfg)
     if p.paste_p > 0 and pool is None:
-        raise ValueError(
+        raise ConfigError(
             f"aug.paste_p={p.paste_p} pastes people from the training samples: pass "
             "pool=<the training dataset> (seg.data.build_train_dataset does) or set aug.paste_p=0"
         )
@@ -150,7 +151,7 @@ class LongShortResize(A.DualTransform):
     ) -> None:
         super().__init__(p=p)
         if not 1 <= short_side <= long_side:
-            raise ValueError(f"need 1 <= short_side <= long_side, got {short_side}, {long_side}")
+            raise ConfigError(f"need 1 <= short_side <= long_side, got {short_side}, {long_side}")
         self.long_side, self.short_side = int(long_side), int(short_side)
         self.interpolation = interpolation
 
@@ -261,7 +262,7 @@ def seed_transform(transform: A.BaseCompose, seed: int) -> None:
     share one generator pair instead, consumed in pipeline order, which is just as reproducible.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     state = np.random.SeedSequence(int(seed))
     py_seed = int(state.generate_state(1, np.uint64)[0])
     transform.set_random_state(np.random.default_rng(state), random.Random(py_seed))

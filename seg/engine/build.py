@@ -27,6 +27,7 @@ from seg.engine.data import ResumableSampler, build_train_loader, build_val_load
 from seg.engine.ema import ModelEma
 from seg.engine.evaluate import metric_names, selection_sources
 from seg.engine.step import Stepper, build_stepper
+from seg.errors import ConfigError, DataError
 from seg.models import build_model
 from seg.models.build import input_normalization
 
@@ -124,7 +125,7 @@ def check_frozen_random(cfg: Config) -> None:
         return
     for j, column in enumerate(cfg.model.columns or []):
         if column.backbone and (column.frozen_stages > 0 or column.freeze_bn):
-            raise ValueError(
+            raise ConfigError(
                 f"model.pretrained=false leaves the {column.backbone} backbone of "
                 f"model.columns[{j}] at its random initialisation, but its frozen_stages="
                 f"{column.frozen_stages} and freeze_bn={column.freeze_bn} would keep it so; "
@@ -142,7 +143,7 @@ def check_normalization(cfg: Config) -> None:
     got = (list(cfg.aug.mean), list(cfg.aug.std))
     if not np.allclose(got, (mean, std), atol=1e-3):
         rounded = [[round(v, 4) for v in mean], [round(v, 4) for v in std]]
-        raise ValueError(
+        raise ConfigError(
             f"aug.mean={got[0]} and aug.std={got[1]} differ from the normalisation that the "
             f"pretrained weights expect; set aug.mean={rounded[0]} aug.std={rounded[1]}"
         )
@@ -155,7 +156,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     t, ws, rank = cfg.trainer, du.world_size(), du.rank()
     num_classes = cfg.model.num_classes
     if t.best_metric not in metric_names(num_classes):
-        raise ValueError(
+        raise ConfigError(
             f"trainer.best_metric={t.best_metric!r}; valid: {metric_names(num_classes)}"
         )
     check_normalization(cfg)
@@ -169,7 +170,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     chosen = selection or list(val_sets)
     if not sum(len(val_sets[name]) for name in chosen):
         # Every validation would be NaN and best.pt never written: say so now.
-        raise ValueError(
+        raise ConfigError(
             f"trainer.val_split={t.val_split!r} has no samples in {chosen} (the sources "
             "best.pt is chosen on): pick a split the data has, or give it one "
             "(data.val_fraction > 0 for sources without an official validation split)"
@@ -182,7 +183,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     )
     steps_per_epoch = len(sampler) // t.batch_size // t.accumulate
     if steps_per_epoch == 0:
-        raise ValueError(
+        raise DataError(
             f"the training split has {len(train_set)} samples ({len(sampler)} per replica), "
             f"fewer than one step of trainer.batch_size={t.batch_size} x "
             f"trainer.accumulate={t.accumulate}"

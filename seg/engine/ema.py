@@ -19,6 +19,8 @@ from collections import defaultdict
 import torch
 from torch import Tensor, nn
 
+from seg.errors import ConfigError
+
 
 class ModelEma:
     """``ema.update(model)`` after each optimiser step; ``ema.module`` is the averaged model
@@ -26,7 +28,7 @@ class ModelEma:
 
     def __init__(self, module: nn.Module, decay: float, updates: int = 0) -> None:
         if not 0 < decay < 1:
-            raise ValueError(f"EMA decay {decay!r}: expected a number in (0, 1)")
+            raise ConfigError(f"EMA decay {decay!r}: expected a number in (0, 1)")
         self.module = module.eval().requires_grad_(False)
         self.decay = decay
         self.updates = updates  # updates so far: a resumed run continues the warm-up from here

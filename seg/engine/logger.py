@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from seg import distributed as du
 from seg.data import pad_batch, run_by_size
 from seg.data.transforms import denormalize
+from seg.errors import DataError, UserError
 from seg.evaluation.panels import three_panels
 from seg.fileio import write_text
 from seg.models import format_summary, summarize_model
@@ -32,7 +33,7 @@ from seg.models import format_summary, summarize_model
 log = logging.getLogger(__name__)
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(UserError, FloatingPointError):
     """The loss became NaN or infinite; training stops before anything is checkpointed."""
 
 
@@ -112,7 +113,7 @@ def _history_until(path: Path, step: int) -> list[str]:
             if number == len(lines):
                 log.warning("%s: dropping its last line, cut short (%r)", path, line[:80])
                 break
-            raise ValueError(
+            raise DataError(
                 f"{path}, line {number}: not a metrics entry ({err}): {line[:80]!r}; "
                 "remove the line or the file to resume"
             ) from err

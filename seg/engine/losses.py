@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from seg.config import LossConfig
 from seg.data.io import IGNORE_INDEX
+from seg.errors import ConfigError
 
 
 class SegLoss(nn.Module):
@@ -37,7 +38,7 @@ class SegLoss(nn.Module):
     ) -> None:
         super().__init__()
         if class_weights is not None and len(class_weights) != num_classes:
-            raise ValueError(
+            raise ConfigError(
                 f"loss.class_weights has {len(class_weights)} entries {list(class_weights)}, "
                 f"expected one per class ({num_classes})"
             )
@@ -108,7 +109,7 @@ class SegLoss(nn.Module):
 def build_loss(cfg: LossConfig, num_classes: int, aux_weight: float) -> SegLoss:
     """The loss of ``loss:`` with the model's class count and auxiliary-head weight."""
     if aux_weight < 0:
-        raise ValueError(f"model.aux_weight={aux_weight} is invalid: expected a number >= 0")
+        raise ConfigError(f"model.aux_weight={aux_weight} is invalid: expected a number >= 0")
     return SegLoss(
         num_classes,
         aux_weight=aux_weight,

@@ -14,6 +14,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from seg.config import OptimConfig
 from seg.devices import native_bf16, warn_if_emulated_bf16
+from seg.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +74,9 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> Optimizer:
     """``optim.name`` (sgd | adamw) over ``model``'s trainable parameters."""
     name = _value(cfg.name)
     if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optim.name {name!r}; valid names: {sorted(OPTIMIZERS)}")
+        raise ConfigError(f"unknown optim.name {name!r}; valid names: {sorted(OPTIMIZERS)}")
     if name == "sgd" and cfg.nesterov and cfg.momentum <= 0:
-        raise ValueError("optim.nesterov=true needs optim.momentum > 0")
+        raise ConfigError("optim.nesterov=true needs optim.momentum > 0")
     groups = param_groups(model, cfg.weight_decay, cfg.norm_weight_decay, cfg.backbone_lr_mult)
     optimizer = OPTIMIZERS[name](groups, cfg)
     for group in optimizer.param_groups:  # LambdaLR scales each group's initial_lr
@@ -100,9 +101,11 @@ class WarmupSchedule:
         min_lr_ratio: float = 0.0,
     ) -> None:
         if schedule not in ("poly", "cosine", "constant"):
-            raise ValueError(f"optim.schedule={schedule!r}; valid: poly, cosine, constant")
+            raise ConfigError(f"optim.schedule={schedule!r}; valid: poly, cosine, constant")
         if total_steps < 1:
-            raise ValueError(f"the schedule needs at least one step, got total_steps={total_steps}")
+            raise ConfigError(
+                f"the schedule needs at least one step, got total_steps={total_steps}"
+            )
         self.total_steps = total_steps
         self.schedule = schedule
         self.warmup_steps = min(warmup_steps, total_steps)
@@ -165,19 +168,19 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         return None
     if precision == "bf16":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ValueError(
+            raise ConfigError(
                 f"trainer.precision=bf16: {torch.cuda.get_device_name(device)} does not support "
                 "bfloat16; use trainer.precision=16 (fp16 with a gradient scaler), auto or 32"
             )
         return torch.bfloat16
     if precision == "16":
         if device.type != "cuda":
-            raise ValueError(
+            raise ConfigError(
                 f"trainer.precision=16 (fp16 with a gradient scaler) needs a CUDA device, but "
                 f"this replica runs on {device}; use trainer.precision=auto, bf16 or 32"
             )
         return torch.float16
-    raise ValueError(f"trainer.precision={precision!r}; valid: 32, bf16, 16, auto")
+    raise ConfigError(f"trainer.precision={precision!r}; valid: 32, bf16, 16, auto")
 
 
 def build_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:

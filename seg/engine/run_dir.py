@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 
 from seg import distributed as du
 from seg.config import Config, config_to_dict
+from seg.errors import UserError
 from seg.fileio import write_json, write_text
 from seg.locks import LockHeld, file_lock
 
@@ -45,7 +46,7 @@ RUN_FILES = (
 )
 
 
-class RunDirError(RuntimeError):
+class RunDirError(UserError, RuntimeError):
     """The run folder is in use, or holds a run that this one would overwrite."""
 
 

@@ -46,6 +46,7 @@ from seg.engine.run_dir import (
     write_run_files,
 )
 from seg.engine.state import Fault, TrainState, resume_changes
+from seg.errors import DataError
 from seg.evaluation.report import TRAIN_SOURCES, format_training_report, meets_target
 from seg.fileio import write_json
 from seg.models import num_columns
@@ -177,7 +178,7 @@ def _run(
             break
     if not state.metrics:  # resumed a finished run that was never validated
         validate(p, state, cfg, writer)
-    hparams = {**flatten_hparams(config_to_dict(cfg)), "world_size": du.world_size()}
+    hparams = {**flatten_hparams(cfg), "world_size": du.world_size()}
     # The overall metrics, and a leave-one-out run's training-sources ones (what it chose by).
     chosen = f"val/{TRAIN_SOURCES}/"
     overall = {k: v for k, v in state.metrics.items() if k.count("/") == 1 or k.startswith(chosen)}
@@ -279,7 +280,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
         model, p.val_loader, p.device, p.sources, cfg.model.num_classes, p.amp_dtype
     )
     if val_bad and not sum(int(m.confusion.sum()) for m in totals.values()):
-        raise RuntimeError(
+        raise DataError(
             f"validation scored no pixel: all {val_bad} pairs of the {t.val_split} split are bad "
             "(data.on_bad_sample=skip dropped them; see the warnings above)"
         )

@@ -17,6 +17,7 @@ from seg.data import BadSampleError, SegDataset, list_source, source_names
 from seg.data.batching import pixel_batches
 from seg.data.io import header_pixels
 from seg.data.listing import natural_key
+from seg.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
         dataset = SegDataset(refs, None, cfg.on_bad_sample, cfg.mask_resize_tolerance)
         items += [Item(len(items) + i, source, dataset, i) for i in range(len(refs))]
     if not items:
-        raise ValueError(f"no samples to evaluate in split {split!r} of {source_names(cfg)}")
+        raise DataError(f"no samples to evaluate in split {split!r} of {source_names(cfg)}")
     return items
 
 

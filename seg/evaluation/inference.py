@@ -22,6 +22,7 @@ from torch import Tensor
 
 from seg.config import PERSON, Config
 from seg.data.transforms import build_eval_transform
+from seg.errors import ConfigError
 from seg.inference.predictor import BAND_VALUES, LogitRestorer, Predictor, build_predictor
 from seg.inference.refine import GuidedRefiner
 from seg.models import SegmentationModel
@@ -80,7 +81,7 @@ class ProbabilityPredictor:
         eval_size: Sequence[int] | None = None,
     ) -> None:
         if not predictors:
-            raise ValueError("at least one scale is needed")
+            raise ConfigError("at least one scale is needed")
         self.predictors = list(predictors)
         self.eval_size = tuple(eval_size) if eval_size else self.predictors[0].eval_size
         self.refine = refine
@@ -136,7 +137,9 @@ class ProbabilityPredictor:
         """Bands ``(start, stop, refined person probability)`` of ``self.refine``."""
         assert self.refine is not None
         if restorers[0].num_classes != 2:
-            raise ValueError(f"refine.guided needs a 2-class model, not {restorers[0].num_classes}")
+            raise ConfigError(
+                f"refine.guided needs a 2-class model, not {restorers[0].num_classes}"
+            )
 
         def person(lo: int, hi: int) -> Tensor:
             return self._band_probabilities(restorers, lo, hi)[PERSON]

@@ -25,6 +25,7 @@ from seg.checkpoint import checkpoint_file
 from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig, InferencePrecision
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
+from seg.errors import DataError
 from seg.evaluation.data import Item, list_items, raw_loader
 from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.panels import four_panels
@@ -241,7 +242,7 @@ def _score(
     rows = sorted(gathered, key=lambda r: r["index"])
     skipped = [s for part in du.all_gather_object(skipped) for s in part]
     if not rows:  # every pair was bad: no metric means anything, and nothing is written
-        raise ValueError(
+        raise DataError(
             f"no image of {data_name} {cfg.split} could be scored: all {len(skipped)} pairs "
             f"are bad (data.on_bad_sample=skip), e.g. {skipped[0] if skipped else '?'}"
         )

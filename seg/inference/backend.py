@@ -18,6 +18,7 @@ import torch
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
 from seg.config import Backend, Config, EvalConfig, InferencePrecision, PredictConfig
 from seg.devices import resolve_devices, warn_if_emulated_bf16
+from seg.errors import ConfigError
 from seg.inference.onnx import OnnxRuntimeModel, UnreadableOnnxError, cached_export
 from seg.inference.quantize import cached_int8
 from seg.models.deploy import AutocastModel, deploy_model
@@ -45,13 +46,13 @@ def choose_backend(
     precision = InferencePrecision(precision)
     if precision is InferencePrecision.int8:
         if backend is Backend.torch:
-            raise ValueError(
+            raise ConfigError(
                 "precision=int8 runs in ONNX Runtime: use backend=onnxruntime (or auto)"
             )
         backend = Backend.onnxruntime
     if precision in HALF:
         if backend is Backend.onnxruntime:
-            raise ValueError(
+            raise ConfigError(
                 f"precision={precision.value} runs in eager PyTorch (autocast): use "
                 "backend=torch (or auto)"
             )
@@ -63,9 +64,9 @@ def choose_backend(
     missing = missing_onnx_packages()
     if backend is Backend.onnxruntime:
         if column_devices:
-            raise ValueError("column_devices splits the model over devices: use backend=torch")
+            raise ConfigError("column_devices splits the model over devices: use backend=torch")
         if missing:
-            raise ValueError(
+            raise ConfigError(
                 f"backend=onnxruntime needs {', '.join(missing)}: pip install -e '.[export]'"
             )
         return backend
@@ -81,7 +82,7 @@ def _check_half(precision: InferencePrecision, spec: Sequence[str]) -> None:
     devices = resolve_devices(list(spec), len(spec), mps=True)
     kind = devices[0].type
     if precision is InferencePrecision.fp16 and kind == "cpu":
-        raise ValueError(
+        raise ConfigError(
             "precision=fp16 runs on a GPU (CUDA or MPS); on a CPU use precision=bf16 (CPUs with "
             "AVX512-BF16 or AMX), int8 or fp32"
         )

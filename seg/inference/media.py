@@ -15,6 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from seg.errors import DataError, MissingFileError
 from seg.fileio import atomic_path, temp_beside
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -36,7 +37,7 @@ def find_inputs(path: Path) -> Inputs:
     """
     supported = f"images {list(IMAGE_EXTENSIONS)}, videos {list(VIDEO_EXTENSIONS)}"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: input does not exist")
+        raise MissingFileError(f"{path}: input does not exist")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
         found = Inputs(
@@ -44,7 +45,7 @@ def find_inputs(path: Path) -> Inputs:
             videos=[p for p in files if p.suffix.lower() in VIDEO_EXTENSIONS],
         )
         if not found.images and not found.videos:
-            raise ValueError(f"{path}: folder holds no supported file ({supported})")
+            raise DataError(f"{path}: folder holds no supported file ({supported})")
         _check_unique_stems([*found.images, *found.videos])
         return found
     suffix = path.suffix.lower()
@@ -52,7 +53,7 @@ def find_inputs(path: Path) -> Inputs:
         return Inputs(images=[path])
     if suffix in VIDEO_EXTENSIONS:
         return Inputs(videos=[path])
-    raise ValueError(f"{path}: unsupported file type {suffix!r}; supported: {supported}")
+    raise DataError(f"{path}: unsupported file type {suffix!r}; supported: {supported}")
 
 
 def _check_unique_stems(paths: list[Path]) -> None:
@@ -60,7 +61,7 @@ def _check_unique_stems(paths: list[Path]) -> None:
     seen: dict[str, Path] = {}
     for p in paths:
         if p.stem in seen:
-            raise ValueError(
+            raise DataError(
                 f"{seen[p.stem]} and {p} would write the same outputs ({p.stem}_*): rename one"
             )
         seen[p.stem] = p
@@ -80,7 +81,7 @@ def write_image(path: Path, array: np.ndarray, jpeg_quality: int = 95) -> Path:
     return path
 
 
-class UnreadableVideo(ValueError):
+class UnreadableVideo(DataError):
     """A video that cannot be opened or yields no frame (``on_bad_input=skip`` skips it)."""
 
 

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from seg.config import AugConfig, Config
 from seg.data.batching import pad_batch
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_pad_value
+from seg.errors import ConfigError, DataError, MissingFileError, UserError
 from seg.fileio import atomic_path, temp_beside
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,11 @@ INPUT_NAME, OUTPUT_NAME = "image", "logits"
 AXES = ("batch", "height", "width")  # names of the dynamic axes 0, 2 and 3 in the ONNX file
 
 
-class ExportMismatchError(RuntimeError):
+class ExportMismatchError(UserError, RuntimeError):
     """ONNX Runtime's logits or masks differ from PyTorch's beyond the tolerances."""
 
 
-class UnreadableOnnxError(ValueError):
+class UnreadableOnnxError(DataError):
     """An ONNX file that ONNX Runtime cannot parse (damaged, truncated, not ONNX)."""
 
 
@@ -146,7 +147,7 @@ def onnx_session(
     import onnxruntime as ort
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: ONNX file does not exist")
+        raise MissingFileError(f"{path}: ONNX file does not exist")
     options = ort.SessionOptions()
     level = ort.GraphOptimizationLevel
     options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
@@ -349,7 +350,7 @@ class OnnxRuntimeModel:
     def place(self, devices: Sequence[torch.device]) -> OnnxRuntimeModel:
         """One device: ``cpu`` or ``cuda[:N]`` (the CUDA provider must be installed)."""
         if len(devices) != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"backend=onnxruntime runs the whole model on one device, got {list(devices)}: "
                 "column_devices needs backend=torch"
             )
@@ -358,7 +359,7 @@ class OnnxRuntimeModel:
             import onnxruntime as ort
 
             if "CUDAExecutionProvider" not in ort.get_available_providers():
-                raise ValueError(
+                raise ConfigError(
                     f"device={device} with backend=onnxruntime needs ONNX Runtime's CUDA "
                     "provider (pip install onnxruntime-gpu); or use backend=torch"
                 )
@@ -366,7 +367,7 @@ class OnnxRuntimeModel:
             providers = [provider, "CPUExecutionProvider"]
             self.session = onnx_session(self.path, providers, self.threads)
         elif device.type != "cpu":
-            raise ValueError(f"backend=onnxruntime runs on cpu or cuda, not {device}")
+            raise ConfigError(f"backend=onnxruntime runs on cpu or cuda, not {device}")
         return self
 
     def eval(self) -> OnnxRuntimeModel:

@@ -22,6 +22,7 @@ from seg.config import PERSON, Config
 from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
+from seg.errors import ConfigError
 from seg.inference.refine import GuidedRefiner
 from seg.models import SegmentationModel
 
@@ -115,7 +116,7 @@ class Predictor:
         batch = batch.to(self.device, non_blocking=True)
         out = self.model(batch)["out"].float()
         if out.shape[1] < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"the model has {out.shape[1]} output channel(s); prediction needs >= 2 "
                 "classes (0 background, 1 person)"
             )
@@ -153,7 +154,7 @@ class Predictor:
         image_hw = image.shape[:2]
         if self.refine is not None:
             if item.shape[0] != 2:
-                raise ValueError(f"refine.guided needs a 2-class model, not {item.shape[0]}")
+                raise ConfigError(f"refine.guided needs a 2-class model, not {item.shape[0]}")
             raw = restore_logits(item[1:] - item[:1], image_hw, self.eval_size)[0].sigmoid_()
             prob = torch.empty_like(raw)
             for start, stop, q in self.refine.bands(

@@ -48,6 +48,7 @@ from seg.data import list_source, train_source_names
 from seg.data.io import read_image
 from seg.data.transforms import check_aug_config
 from seg.devices import cpu_has_vnni, x86_cpu
+from seg.errors import ConfigError, DataError
 from seg.fileio import temp_beside
 from seg.inference.media import IMAGE_EXTENSIONS
 from seg.inference.onnx import (
@@ -96,7 +97,7 @@ def training_photos(data: DataConfig, count: int = CALIBRATION_PHOTOS) -> list[P
     try:
         refs = [ref for name in sources for ref in list_source(local, name).split_refs("train")]
     except (OSError, ValueError, RuntimeError) as err:
-        raise ValueError(
+        raise ConfigError(
             f"precision=int8 calibrates on the checkpoint's training photos ({', '.join(sources)}, "
             f"train split), which could not be listed: {err}. Point SEG_DATA_DIR (or data.root) "
             "at the datasets, or give calibration=<a folder of photos like yours>"
@@ -108,10 +109,10 @@ def folder_photos(folder: str | Path, count: int = CALIBRATION_PHOTOS) -> list[P
     """Up to ``count`` images of ``folder`` (sorted by name, spread evenly)."""
     path = Path(folder)
     if not path.is_dir():
-        raise ValueError(f"calibration={folder}: not a folder (expected a folder of photos)")
+        raise ConfigError(f"calibration={folder}: not a folder (expected a folder of photos)")
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
     if not files:
-        raise ValueError(f"calibration={folder}: no images ({', '.join(IMAGE_EXTENSIONS)})")
+        raise DataError(f"calibration={folder}: no images ({', '.join(IMAGE_EXTENSIONS)})")
     return _spread(files, count)
 
 

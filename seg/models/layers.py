@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seg.errors import ConfigError
+
 
 class ConvBNReLU(nn.Sequential):
     """Dense conv + batch norm + ReLU: the layer CPUs and GPUs both run fastest per FLOP."""
@@ -70,7 +72,7 @@ class SegmentationModel(nn.Module):
     def place(self, devices: list[torch.device]) -> SegmentationModel:
         """Move the model to ``devices[0]`` (single-device models take a list of one)."""
         if len(devices) != self.num_columns:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__} needs {self.num_columns} device(s), got {len(devices)}: "
                 f"{[str(d) for d in devices]}"
             )

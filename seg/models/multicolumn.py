@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seg.errors import ConfigError
 from seg.models.backbones import backbone_spec
 from seg.models.layers import ConvBNReLU, SegmentationModel, pad_to_multiple, resize_to
 
@@ -101,7 +102,7 @@ class BackboneColumn(nn.Module):
         self.frozen_stages = frozen_stages
         self.fp32 = fp32
         if any(extra_in[:frozen_stages]):
-            raise ValueError(
+            raise ConfigError(
                 f"backbone column: frozen_stages={frozen_stages} would freeze a stage that "
                 f"receives other columns' features (stage inputs with extra channels: {extra_in})"
             )
@@ -200,51 +201,51 @@ def _with_backbone_widths(spec: ColumnSpec) -> ColumnSpec:
 
 def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mode: str) -> None:
     if not columns:
-        raise ValueError("a multi-column model needs at least one column, got none")
+        raise ConfigError("a multi-column model needs at least one column, got none")
     for spec in columns:
         where = f"column {spec.name!r}"
         if spec.input_scale not in VALID_INPUT_SCALES:
-            raise ValueError(
+            raise ConfigError(
                 f"{where}: input_scale {spec.input_scale} is not one of {VALID_INPUT_SCALES}"
             )
         if spec.backbone:  # its widths are the backbone's (see _with_backbone_widths)
             if not 0 <= spec.frozen_stages <= len(spec.widths):
-                raise ValueError(
+                raise ConfigError(
                     f"{where}: frozen_stages={spec.frozen_stages}; valid: 0..{len(spec.widths)} "
                     f"(the stages of {spec.backbone})"
                 )
             continue
         if spec.frozen_stages or spec.fp32:
-            raise ValueError(
+            raise ConfigError(
                 f"{where}: frozen_stages={spec.frozen_stages} and fp32={spec.fp32} apply to a "
                 "pretrained backbone column only (backbone=...); a from-scratch column takes 0 "
                 "and false"
             )
         if len(spec.widths) != len(spec.blocks) or len(spec.widths) < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"{where}: widths {list(spec.widths)} and blocks {list(spec.blocks)} need the "
                 "same length, at least 2 (one entry per stage)"
             )
         if min(spec.widths) < 1 or min(spec.blocks) < 1:
-            raise ValueError(f"{where}: widths and blocks must be >= 1, got {spec}")
+            raise ConfigError(f"{where}: widths and blocks must be >= 1, got {spec}")
     num_stages = {len(spec.widths) for spec in columns}
     if len(num_stages) > 1:
         stages = {spec.name: len(spec.widths) for spec in columns}
-        raise ValueError(f"all columns need the same number of stages, got {stages}")
+        raise ConfigError(f"all columns need the same number of stages, got {stages}")
     if exchange_mode not in EXCHANGE_MODES:
-        raise ValueError(f"exchange_mode {exchange_mode!r} is not one of {EXCHANGE_MODES}")
+        raise ConfigError(f"exchange_mode {exchange_mode!r} is not one of {EXCHANGE_MODES}")
     if exchange_stages and len(columns) < 2:
-        raise ValueError(f"exchange_stages {exchange_stages} need at least two columns")
+        raise ConfigError(f"exchange_stages {exchange_stages} need at least two columns")
     last = len(columns[0].widths) - 1
     for stage in exchange_stages:
         if not 0 <= stage < last:
-            raise ValueError(
+            raise ConfigError(
                 f"exchange stage {stage} is out of range: a later stage must consume it, "
                 f"so valid stages are 0..{last - 1}"
             )
         widths = {spec.name: spec.widths[stage] for spec in columns}
         if exchange_mode == "sum" and len(set(widths.values())) > 1:
-            raise ValueError(f"exchange_mode 'sum' needs equal widths at stage {stage}: {widths}")
+            raise ConfigError(f"exchange_mode 'sum' needs equal widths at stage {stage}: {widths}")
 
 
 class MultiColumnSegNet(SegmentationModel):
@@ -290,7 +291,7 @@ class MultiColumnSegNet(SegmentationModel):
         # By default the first stage (stride 2) stays out of the decoder: its maps have four
         # times the positions of stride 4. decoder_stride=2 joins it too (finer boundaries).
         if decoder_stride not in (2, 4):
-            raise ValueError(f"decoder_stride must be 2 or 4, got {decoder_stride}")
+            raise ConfigError(f"decoder_stride must be 2 or 4, got {decoder_stride}")
         self.first_level = 0 if decoder_stride == 2 else 1
         level_channels = [
             sum(c.widths[i] for c in columns) for i in range(self.first_level, num_stages)
@@ -323,7 +324,7 @@ class MultiColumnSegNet(SegmentationModel):
     def place(self, devices: list[torch.device]) -> MultiColumnSegNet:
         """Put column j and its aux head on ``devices[j]``, the decoder on ``devices[0]``."""
         if len(devices) != self.num_columns:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.num_columns} columns ({[s.name for s in self.specs]}) need "
                 f"{self.num_columns} devices, got {len(devices)}: {[str(d) for d in devices]}"
             )

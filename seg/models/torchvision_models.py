@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torchvision.models import MobileNet_V3_Large_Weights, ResNet50_Weights, WeightsEnum
 from torchvision.models import segmentation as tvseg
 
+from seg.errors import ConfigError, MissingFileError
 from seg.models.backbones import damaged_cache_error, torch_cache_file
 from seg.models.layers import SegmentationModel
 
@@ -38,10 +39,12 @@ def build_torchvision_net(
     loaded, nor fetched: torchvision's builders load backbone weights by default.
     """
     if name not in TORCHVISION_MODELS:
-        raise ValueError(f"unknown torchvision model {name!r}; valid: {sorted(TORCHVISION_MODELS)}")
+        raise ConfigError(
+            f"unknown torchvision model {name!r}; valid: {sorted(TORCHVISION_MODELS)}"
+        )
     builder, backbone_weights, has_aux = TORCHVISION_MODELS[name]
     if aux_heads and not has_aux:
-        raise ValueError(f"{name} has no auxiliary head; set model.aux_heads=false")
+        raise ConfigError(f"{name} has no auxiliary head; set model.aux_heads=false")
     kwargs = {"aux_loss": True} if aux_heads else {}
     if not pretrained:
         return builder(weights=None, weights_backbone=None, num_classes=num_classes, **kwargs)
@@ -49,7 +52,7 @@ def build_torchvision_net(
     try:
         return builder(weights=None, weights_backbone=weights, num_classes=num_classes, **kwargs)
     except OSError as err:  # urllib's URLError and socket errors are OSErrors
-        raise RuntimeError(
+        raise MissingFileError(
             f"model.pretrained=true: could not download torchvision's {weights} weights "
             f"for {name} from {weights.url} ({err}). Without internet, copy that file into "
             f"{torch_cache_file(weights.url).parent} (TORCH_HOME sets the cache) or set "

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seg.errors import ConfigError
 from seg.models.layers import ConvBNReLU, SegmentationModel, pad_to_multiple
 
 
@@ -24,7 +25,7 @@ class UNet(SegmentationModel):
     def __init__(self, widths: list[int], num_classes: int = 2, channels_last: bool = True) -> None:
         super().__init__(channels_last)
         if len(widths) < 2 or min(widths) < 1:
-            raise ValueError(f"UNet widths need >= 2 positive entries, got {widths}")
+            raise ConfigError(f"UNet widths need >= 2 positive entries, got {widths}")
         self.size_divisor = 2 ** (len(widths) - 1)
         self.down = nn.ModuleList()
         prev = 3
