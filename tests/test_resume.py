@@ -9,9 +9,9 @@ import pytest
 import torch
 from training_utils import make_folder_subset, tiny_overrides
 
-from seg.checkpoint import load_checkpoint
+from seg.checkpoint import LATER_STATE_KEYS, load_checkpoint, load_model_from_checkpoint
 from seg.config import compose_config
-from seg.engine.state import FAULT_ENV, Fault, InjectedFault
+from seg.engine.state import FAULT_ENV, Fault, InjectedFault, TrainState
 from seg.engine.train import train
 
 # Random augmentation on (flip, shift, scale, rotate), so the pipelines' random states matter;
@@ -103,3 +103,24 @@ def test_a_bad_fault_spec_names_the_variable(monkeypatch, spec: str) -> None:
     monkeypatch.setenv(FAULT_ENV, spec)
     with pytest.raises(ValueError, match=FAULT_ENV):
         Fault.from_env()
+
+
+OLD_CHECKPOINT = Path(__file__).parent / "data" / "checkpoint_6d492e3.pt"  # commit 6d492e3's
+
+
+def test_checkpoints_of_earlier_versions_load_for_inference_and_resume(tmp_path: Path) -> None:
+    """A checkpoint written by commit 6d492e3 (a 1-step tiny run, kept in tests/data), and the
+    same made older still: retired config keys (placement, fault injection) present and the
+    state keys added later absent. ``upgrade_checkpoint`` is the one home of such shims."""
+    model, cfg = load_model_from_checkpoint(OLD_CHECKPOINT)
+    assert model(torch.zeros(1, 3, 64, 64))["out"].shape == (1, 2, 64, 64)
+    ckpt = torch.load(OLD_CHECKPOINT, weights_only=True)
+    ckpt["config"]["model"]["devices"] = ["cuda:0"]
+    ckpt["config"]["trainer"].update(fault_at_step=-1, fault_rank=0, fault_kind="exit")
+    for key in LATER_STATE_KEYS:
+        ckpt.pop(key, None)
+    older = tmp_path / "older.pt"
+    torch.save(ckpt, older)
+    state = TrainState.from_checkpoint(load_checkpoint(older), world_size=1)
+    assert (state.step, state.train_skipped, state.best_of) == (1, 0, None)
+    assert load_model_from_checkpoint(older)[1] == cfg

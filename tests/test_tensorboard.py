@@ -200,19 +200,19 @@ def test_wait_clock_counts_only_the_loader() -> None:
     assert clock.take() == 0.0
 
 
-def test_flatten_hparams() -> None:
-    config = {
-        "optim": {"lr": 0.1, "betas": [0.9, 0.99]},
-        "model": {"columns": [{"widths": [4, 8]}], "pretrained": None},
-        "trainer": {"run_dir": "/x", "column_devices": ["cpu"], "precision": "bf16"},
-    }
-    assert flatten_hparams(config) == {
-        "optim.lr": 0.1,
-        "optim.betas": "[0.9, 0.99]",
-        "model.columns.0.widths": "[4, 8]",
-        "model.pretrained": "none",
-        "trainer.precision": "bf16",
-    }
+def test_hparams_are_the_config_without_its_incidental_settings() -> None:
+    """One mark (``seg.config.incidental``) keeps paths, devices and logging out of the hparams
+    and out of a resume's warnings; lists become text, None "none"."""
+    cfg = compose_config(["+exp=dual_channel", "trainer.run_dir=/x", "data.root=/data"])
+    hparams = flatten_hparams(cfg)
+    assert hparams["optim.lr"] == cfg.optim.lr
+    assert hparams["aug.crop_size"] == str(list(cfg.aug.crop_size))
+    assert hparams["model.columns.0.widths"] == str(list(cfg.model.columns[0].widths))
+    assert hparams["trainer.precision"] == cfg.trainer.precision
+    incidental = {"trainer.run_dir", "trainer.devices", "trainer.num_workers", "data.root"}
+    assert not incidental & set(hparams)
+    assert not [k for k in hparams if k.startswith("logging.")]
+    assert all(isinstance(v, (bool, int, float, str)) for v in hparams.values())
 
 
 def test_validation_images_of_both_orientations(vikram_pairs: Path, tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from seg.config.evaluate import (
     compose_eval_config,
 )
 from seg.config.export import ExportConfig
+from seg.config.fields import flatten_config, incidental
 from seg.config.model import ColumnConfig, ExchangeMode, ModelConfig, ModelName, UNetConfig
 from seg.config.predict import (
     AlphaMode,
@@ -108,6 +109,8 @@ __all__ = [
     "compose_options",
     "compose_predict_config",
     "config_to_dict",
+    "flatten_config",
+    "incidental",
     "register_configs",
     "to_config",
 ]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from seg.config.training import Config
+from seg.errors import ConfigError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -20,8 +21,9 @@ T = TypeVar("T")
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 # Keys that configs no longer have, dropped from the configs stored in older checkpoints so that
-# those still load: where a run placed its columns (now trainer.column_devices, not part of the
-# model's description) and the crash tests' fault injection (now the SEG_TEST_FAULT hook).
+# those still load (seg.checkpoint.upgrade_checkpoint): where a run placed its columns (now
+# trainer.column_devices, not part of the model's description) and the crash tests' fault
+# injection (now the SEG_TEST_FAULT hook).
 RETIRED_KEYS = {
     "model.devices": "trainer.column_devices=[...] (where a run places the columns)",
     "trainer.fault_at_step": "the SEG_TEST_FAULT environment hook (crash tests only)",
@@ -36,7 +38,7 @@ def check_retired_overrides(overrides: list[str]) -> None:
     for override in overrides:
         key = override.split("=", 1)[0].lstrip("+~")
         if key in RETIRED_KEYS:
-            raise ValueError(f"{key} is no longer a config key: use {RETIRED_KEYS[key]}")
+            raise ConfigError(f"{key} is no longer a config key: use {RETIRED_KEYS[key]}")
 
 
 def register_configs() -> None:
@@ -117,16 +119,11 @@ def to_config(cfg: Any) -> Config:
     """A typed, validated ``Config`` from a Hydra ``DictConfig``, a plain dict (a checkpoint's)
     or itself. Range checks run here (the dataclasses' ``__post_init__``); errors name the key.
     """
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import OmegaConf
 
     if isinstance(cfg, Config):
         return cfg
-    cfg = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg.copy()
-    with open_dict(cfg):
-        for key in RETIRED_KEYS:  # in the configs of older checkpoints
-            group, name = key.split(".")
-            if group in cfg and name in cfg[group]:
-                cfg[group].pop(name)
+    cfg = OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg
     merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
 

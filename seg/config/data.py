@@ -11,6 +11,9 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from seg.config.fields import incidental
+from seg.errors import ConfigError
+
 IGNORE_INDEX = 255  # mask value of unlabelled and padded pixels: never scored, no loss
 PERSON = 1  # class index of a person in masks and logits (0 is background)
 
@@ -50,15 +53,15 @@ class Interpolation(str, Enum):
 class FolderConfig:
     """A user's own data: an images folder and a masks folder paired by file name."""
 
-    images: str = "images"  # relative to data.root, or absolute
-    masks: str = "masks"
+    images: str = incidental("images")  # relative to data.root, or absolute
+    masks: str = incidental("masks")
     mask_pattern: str = (
         "{stem}.png"  # e.g. "{stem}_mask.png"; {stem} is the image name without suffix
     )
     encoding: MaskEncoding = MaskEncoding.binary255
     alpha_threshold: int = 128
     ignore_value: int | None = None  # a mask value marking "don't care" pixels (e.g. 255 in VOC)
-    image_extensions: list[str] = field(
+    image_extensions: list[str] = incidental(
         default_factory=lambda: [".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"]
     )
 
@@ -68,7 +71,7 @@ class DataConfig:
     name: DatasetName = DatasetName.human_mix
     # Where datasets live. null: $SEG_DATA_DIR, else data/ (relative to the working directory);
     # a value given here or on the command line wins over the environment variable.
-    root: str | None = None
+    root: str | None = incidental(None)
     # human_mix only: the sources reported by validation and test (one table row each) ...
     sources: list[str] = field(default_factory=lambda: ["eg_portrait", "ccp", "vikram_human_seg"])
     # ... and those whose train splits are joined: null = all of ``sources``. Naming fewer holds
@@ -87,12 +90,29 @@ class DataConfig:
     # and val_fraction also for the validation split carved from eg_portrait's official train list.
     val_fraction: float = 0.1
     test_fraction: float = 0.2
-    on_bad_sample: BadSamplePolicy = BadSamplePolicy.error
-    download: bool = True  # fetch a missing dataset from its public source
+    on_bad_sample: BadSamplePolicy = incidental(BadSamplePolicy.error)
+    download: bool = incidental(True)  # fetch a missing dataset from its public source
     # A mask smaller than its image is resized to it (nearest) when the aspect ratios agree
     # within this relative tolerance; otherwise the pair is bad.
     mask_resize_tolerance: float = 0.01
     folder: FolderConfig = field(default_factory=FolderConfig)
+
+    def __post_init__(self) -> None:  # as every schema: range checks when the object is made
+        for key in ("val_fraction", "test_fraction", "negatives_p"):
+            value = getattr(self, key)
+            if not (isinstance(value, (int, float)) and 0.0 <= value < 1.0):
+                raise ConfigError(f"data.{key}={value!r} is invalid: expected a share in [0, 1)")
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(
+                f"data.val_fraction + data.test_fraction = "
+                f"{self.val_fraction + self.test_fraction} leaves no training data; their sum "
+                "must be below 1"
+            )
+        if not 0.0 <= self.mask_resize_tolerance < 1.0:
+            raise ConfigError(
+                f"data.mask_resize_tolerance={self.mask_resize_tolerance!r} is invalid: expected "
+                "a relative tolerance in [0, 1)"
+            )
 
 
 @dataclass
@@ -161,14 +181,14 @@ def _size(cfg: AugConfig, key: str) -> tuple[int, int]:
         not isinstance(v, bool) and isinstance(v, int) and v > 0 for v in items
     )
     if not ok:
-        raise ValueError(f"aug.{key} must be 2 positive integers [height, width], got {value!r}")
+        raise ConfigError(f"aug.{key} must be 2 positive integers [height, width], got {value!r}")
     return items[0], items[1]
 
 
 def _number(cfg: AugConfig, key: str, lo: float, hi: float) -> float:
     value = getattr(cfg, key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-        raise ValueError(f"aug.{key} must be a number in [{lo}, {hi}], got {value!r}")
+        raise ConfigError(f"aug.{key} must be a number in [{lo}, {hi}], got {value!r}")
     return float(value)
 
 
@@ -179,14 +199,14 @@ def _floats(cfg: AugConfig, key: str, length: int) -> list[float]:
     except (TypeError, ValueError):
         items = []
     if len(items) != length or not all(math.isfinite(v) for v in items):
-        raise ValueError(f"aug.{key} must be {length} finite numbers, got {value!r}")
+        raise ConfigError(f"aug.{key} must be {length} finite numbers, got {value!r}")
     return items
 
 
 def _count(cfg: AugConfig, key: str, lo: int, hi: int) -> int:
     value = getattr(cfg, key)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"aug.{key} must be an integer in [{lo}, {hi}], got {value!r}")
+        raise ConfigError(f"aug.{key} must be an integer in [{lo}, {hi}], got {value!r}")
     return value
 
 
@@ -201,7 +221,7 @@ def _range(cfg: AugConfig, key: str, lo: float, hi: float, integer: bool = False
     ok = len(items) == 2 and all(isinstance(v, kind) and not isinstance(v, bool) for v in items)
     if not (ok and lo <= items[0] <= items[1] <= hi):
         what = "integers" if integer else "numbers"
-        raise ValueError(
+        raise ConfigError(
             f"aug.{key} must be 2 {what} [low, high] with {lo} <= low <= high <= {hi}, "
             f"got {value!r}"
         )
@@ -211,7 +231,7 @@ def _range(cfg: AugConfig, key: str, lo: float, hi: float, integer: bool = False
 def _image_fill(cfg: AugConfig) -> int:
     value = cfg.image_fill
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
-        raise ValueError(f"aug.image_fill must be an integer in [0, 255], got {value!r}")
+        raise ConfigError(f"aug.image_fill must be an integer in [0, 255], got {value!r}")
     return value
 
 
@@ -219,7 +239,7 @@ def _mask_fill(cfg: AugConfig) -> int:
     # Any other value would be a class label: padding would become "person" or an unknown class.
     value = cfg.mask_fill
     if isinstance(value, bool) or value not in (0, IGNORE_INDEX):
-        raise ValueError(
+        raise ConfigError(
             f"aug.mask_fill must be 0 (background) or {IGNORE_INDEX} (ignore), got {value!r}"
         )
     return int(value)
@@ -231,9 +251,9 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
     a config changed in place after it was made."""
     lo, hi = _floats(cfg, "scale", 2)
     if not 0 < lo <= hi:
-        raise ValueError(f"aug.scale must be [lo, hi] with 0 < lo <= hi, got {cfg.scale!r}")
+        raise ConfigError(f"aug.scale must be [lo, hi] with 0 < lo <= hi, got {cfg.scale!r}")
     if not all(v > 0 for v in _floats(cfg, "std", 3)):
-        raise ValueError(f"aug.std must be 3 positive numbers, got {cfg.std!r}")
+        raise ConfigError(f"aug.std must be 3 positive numbers, got {cfg.std!r}")
     _floats(cfg, "mean", 3)
     for key in ("brightness", "contrast", "saturation", "shift", "hflip", "affine_p"):
         _number(cfg, key, 0.0, 1.0)
@@ -253,9 +273,9 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
     _number(cfg, "paste_feather", 0.0, 10.0)
     blur_limit = _range(cfg, "blur_limit", 3, 31, integer=True)
     if blur_limit[0] % 2 == 0 or blur_limit[1] % 2 == 0:
-        raise ValueError(f"aug.blur_limit must be odd kernel sizes, got {cfg.blur_limit!r}")
+        raise ConfigError(f"aug.blur_limit must be odd kernel sizes, got {cfg.blur_limit!r}")
     if _range(cfg, "paste_scale", 0.0, 1.0)[0] <= 0:  # drawn log-uniformly
-        raise ValueError(f"aug.paste_scale must be > 0, got {cfg.paste_scale!r}")
+        raise ConfigError(f"aug.paste_scale must be > 0, got {cfg.paste_scale!r}")
     _count(cfg, "paste_max_people", 1, 10)
     _range(cfg, "noise_std", 0.0, 1.0)
     _range(cfg, "jpeg_quality", 1, 100, integer=True)
@@ -265,6 +285,6 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
         _count(cfg, "train_size", 16, 8192)
     names = [m.value for m in Interpolation]
     if getattr(cfg.interpolation, "value", cfg.interpolation) not in names:
-        raise ValueError(f"aug.interpolation must be one of {names}, got {cfg.interpolation!r}")
+        raise ConfigError(f"aug.interpolation must be one of {names}, got {cfg.interpolation!r}")
     _image_fill(cfg)
     _mask_fill(cfg)

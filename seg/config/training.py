@@ -8,12 +8,15 @@ bad value fails at start with a message that names the key and what is allowed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from seg.config.data import AugConfig, DataConfig
+from seg.config.fields import incidental
 from seg.config.model import ModelConfig
+from seg.errors import ConfigError
 
 # The case study's accuracy: training reports when validation pixel accuracy first reaches it.
 TARGET_PIXEL_ACC = 0.88
@@ -32,8 +35,9 @@ class ScheduleName(str, Enum):
 
 
 def _check(ok: bool, key: str, value: Any, expected: str) -> None:
-    if not ok:
-        raise ValueError(f"{key}={value!r} is invalid: expected {expected}")
+    """A range check; a NaN or infinite number never passes (``inf > 0`` holds)."""
+    if not ok or (isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")
 
 
 @dataclass
@@ -52,20 +56,20 @@ class TrainerConfig:
     precision: str = "32"  # 32 | bf16 (autocast) | 16 (fp16 + gradient scaler, CUDA) | auto
     # Replicas that `python scripts/train.py` starts itself (torch elastic): N or auto (one per
     # visible GPU, 1 on CPU). Ignored under torchrun, which decides.
-    devices: str = "1"
-    max_restarts: int = 0  # with devices > 1: restarts of all workers after a failure
+    devices: str = incidental("1")
+    max_restarts: int = incidental(0)  # with devices > 1: restarts of all workers after a failure
     # Where each replica's model columns run: auto (one visible GPU per column when there are
     # enough for every replica on this node, else the replica's GPU, else the CPU), one device
     # for all columns ([cuda:1], [cpu]), or one per column ([cuda:0,cuda:1]): the case study's
     # layout, each GPU carrying one column (docs/training.md, "Many devices"); GPU indices
     # with several replicas per node are refused (they would share GPUs): auto splits them.
-    column_devices: list[str] = field(default_factory=lambda: ["auto"])
+    column_devices: list[str] = incidental(default_factory=lambda: ["auto"])
     sync_bn: bool = True  # SyncBatchNorm when there is more than one replica (CUDA only)
     deterministic: bool = False  # torch.use_deterministic_algorithms, no cuDNN autotuning
     # torch.compile the model in place (nn.Module.compile: checkpoints keep their keys). Pays
     # off on GPUs; on CPU training it measured slower (docs/benchmarks.md).
     compile: bool = False
-    num_workers: int = 4
+    num_workers: int = incidental(4)
     eval_every: int = 1  # validate every N epochs (and at the end); 0 = only at the end
     eval_batch_size: int = 8
     val_split: str = "val"
@@ -74,12 +78,15 @@ class TrainerConfig:
     # Overall validation metric (higher is better) that picks best.pt. Person IoU, not pixel
     # accuracy: with most pixels background, accuracy rewards missing small people.
     best_metric: str = "iou_person"
-    ckpt_every_steps: int = 0  # also write last.pt every N steps; 0 = at epoch ends only
-    keep_last: int = 3  # step checkpoints kept beside last.pt and best.pt; 0 = none
-    resume: str | None = None  # auto (run_dir's last.pt, if any) | a checkpoint | a run dir
-    run_dir: str | None = None  # default: Hydra's output directory, else outputs/<time>
-    overwrite: bool = False  # a new run may replace the run already in run_dir (else refused)
-    dist_timeout_s: int = 1800
+    # Also write last.pt every N steps; 0 = at epoch ends only.
+    ckpt_every_steps: int = incidental(0)
+    keep_last: int = incidental(3)  # step checkpoints kept beside last.pt and best.pt; 0 = none
+    # auto (run_dir's last.pt, if any) | a checkpoint | a run dir
+    resume: str | None = incidental(None)
+    run_dir: str | None = incidental(None)  # default: Hydra's output directory, else outputs/<time>
+    # A new run may replace the run already in run_dir (else refused).
+    overwrite: bool = incidental(False)
+    dist_timeout_s: int = incidental(1800)
 
     def __post_init__(self) -> None:
         for key in ("epochs", "batch_size", "accumulate", "eval_batch_size", "dist_timeout_s"):
@@ -244,4 +251,4 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    logging: LoggingConfig = incidental(default_factory=LoggingConfig)

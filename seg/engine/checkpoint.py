@@ -15,7 +15,7 @@ import torch
 
 from seg import distributed as du
 from seg.checkpoint import CheckpointError, checkpoint_file, load_checkpoint, save_checkpoint
-from seg.config import Config, config_to_dict, to_config
+from seg.config import Config, flatten_config, to_config
 from seg.engine.state import STATE_KEYS
 from seg.fileio import link_or_copy
 
@@ -146,20 +146,6 @@ def _newest_readable(folder: Path) -> tuple[str | None, str | None]:
 # What a checkpoint's state cannot follow into another setting: the weights' shapes (the model)
 # and the optimiser's state (its kind). The model's initialisation and memory layout may change.
 _FREE_MODEL_KEYS = ("model.pretrained", "model.channels_last")
-# Keys that name where and how a run happens, not what it computes.
-_INCIDENTAL = (
-    "trainer.resume",
-    "trainer.run_dir",
-    "trainer.overwrite",
-    "trainer.devices",
-    "trainer.column_devices",
-    "trainer.num_workers",
-    "trainer.max_restarts",
-    "trainer.dist_timeout_s",
-    "logging.",
-)
-
-
 # What a checkpoint needs to continue training from (besides "model" and "config").
 RESUME_KEYS = ("optimizer", "scheduler", "scaler", "rng", *STATE_KEYS)
 
@@ -179,10 +165,10 @@ def check_resume_config(ckpt: dict[str, Any], cfg: Config, path: Path) -> None:
             f"{', '.join(missing)}); resume from a run's checkpoints/last.pt, or start a new run"
         )
     try:
-        saved = _flatten(config_to_dict(to_config(ckpt["config"])))
+        saved = flatten_config(to_config(ckpt["config"]))
     except Exception as err:
         raise CheckpointError(f"the config stored in {path} is not valid here: {err}") from err
-    current = _flatten(config_to_dict(cfg))
+    current = flatten_config(cfg)  # incidental settings (paths, devices, logging) left out
     changed = [k for k in sorted(saved.keys() | current.keys()) if saved.get(k) != current.get(k)]
     fixed = [
         k
@@ -197,7 +183,7 @@ def check_resume_config(ckpt: dict[str, Any], cfg: Config, path: Path) -> None:
             f"cannot resume {path}: checkpoint used {said}. Resume with the checkpoint's "
             "settings, or start a new run"
         )
-    soft = [k for k in changed if not k.startswith(_INCIDENTAL)]
+    soft = [k for k in changed if k not in fixed]
     if soft:
         log.warning(
             "resuming %s with changed settings (the optimiser's and the schedule's states "
@@ -205,17 +191,3 @@ def check_resume_config(ckpt: dict[str, Any], cfg: Config, path: Path) -> None:
             path,
             "; ".join(f"{k}: {saved.get(k)} -> {current.get(k)}" for k in soft),
         )
-
-
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": [1, 2]}}`` -> ``{"a.b.0": 1, "a.b.1": 2}``."""
-    if isinstance(tree, dict):
-        items = tree.items()
-    elif isinstance(tree, list):
-        items = ((str(i), v) for i, v in enumerate(tree))
-    else:
-        return {prefix: tree}
-    out: dict[str, Any] = {}
-    for key, value in items:
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out

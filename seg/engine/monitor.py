@@ -6,9 +6,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 import torch
+
+from seg.config import Config, flatten_config
 
 HParam = float | int | str | bool
 
@@ -58,45 +59,13 @@ def memory_scalars(cuda_devices: Sequence[torch.device] = ()) -> dict[str, float
     return out
 
 
-# Config keys that are no hyperparameters: paths, launch and logging details, fault injection.
-_NOT_HPARAMS = (
-    "data.root",
-    "data.download",
-    "data.on_bad_sample",
-    "data.folder.images",
-    "data.folder.masks",
-    "data.folder.image_extensions",
-    "trainer.column_devices",
-    "trainer.devices",
-    "trainer.resume",
-    "trainer.run_dir",
-    "trainer.dist_timeout_s",
-    "trainer.max_restarts",
-    "trainer.num_workers",
-    "trainer.keep_last",
-    "trainer.ckpt_every_steps",
-    "logging.",
-)
-
-
-def flatten_hparams(
-    config: dict[str, Any], prefix: str = ""
-) -> dict[str, float | int | str | bool]:
-    """A resolved config (plain dicts and lists) -> ``{"optim.lr": 0.01, "aug.crop_size":
-    "[256, 192]", ...}``: dotted keys, scalars kept, lists of scalars as text, lists of dicts
-    indexed (``model.columns.0.widths``), None as ``"none"``; paths and launch options left out.
-    """
+def flatten_hparams(cfg: Config) -> dict[str, HParam]:
+    """A config -> ``{"optim.lr": 0.01, "aug.crop_size": "[256, 192]", ...}`` for TensorBoard's
+    hparams: ``flatten_config``'s hyperparameters, lists as text, None as ``"none"``."""
     out: dict[str, HParam] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if name.startswith(_NOT_HPARAMS):
-            continue
-        if isinstance(value, dict):
-            out.update(flatten_hparams(value, f"{name}."))
-        elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
-            out.update(flatten_hparams({str(i): v for i, v in enumerate(value)}, f"{name}."))
-        elif isinstance(value, (list, tuple)):
-            out[name] = str(list(value))
+    for name, value in flatten_config(cfg).items():
+        if isinstance(value, list):
+            out[name] = str(value)
         elif value is None:
             out[name] = "none"
         elif isinstance(value, (bool, int, float, str)):

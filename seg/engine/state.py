@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seg import distributed as du
+from seg.checkpoint import LATER_STATE_KEYS
 
 log = logging.getLogger(__name__)
 STATE_KEYS = ("epoch", "step", "batch_in_epoch", "elapsed_s", "best", "target", "metrics")
-# Keys added later, with the value a checkpoint written before them stands for.
-LATER_KEYS: dict[str, Any] = {"train_skipped": 0, "best_of": None}
+# Added later: a checkpoint written before them gets them from seg.checkpoint.upgrade_checkpoint.
+LATER_KEYS = tuple(LATER_STATE_KEYS)
 
 
 @dataclass
@@ -44,9 +45,7 @@ class TrainState:
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], world_size: int) -> TrainState:
-        state = cls(
-            **{k: ckpt[k] for k in STATE_KEYS}, **{k: ckpt.get(k, v) for k, v in LATER_KEYS.items()}
-        )
+        state = cls(**{k: ckpt[k] for k in (*STATE_KEYS, *LATER_KEYS)})
         saved_world = len(ckpt["rng"])  # one entry per replica
         if saved_world != world_size:
             state.next_epoch_if_regrouped([f"replicas: {saved_world} -> {world_size}"])
