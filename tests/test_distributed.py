@@ -28,10 +28,10 @@ from seg.data.transforms import build_eval_transform
 from seg.engine import launch
 from seg.engine.data import build_val_loader
 from seg.engine.evaluate import evaluate
-from seg.engine.state import FAULT_ENV
 from seg.engine.train import train
 
 SCRIPT = str(REPO / "scripts" / "train.py")
+CRASH_WORKER = str(REPO / "tests" / "crash_worker.py")  # train.py, rank 1 dying after a step
 # One image per forward pass on both sides: BatchNorm normalises per pass, and SyncBatchNorm
 # needs GPUs, so "the same global batch" is 2 replicas x 1 against 1 process x 1 x accumulate 2.
 # No random augmentation: the replicas' augmentation streams differ by design.
@@ -48,10 +48,10 @@ def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def _run(
-    cmd: list[str], cwd: Path, timeout: int = 240, fault: str | None = None
+    cmd: list[str], cwd: Path, timeout: int = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``cmd``; ``fault``: a ``SEG_TEST_FAULT`` crash for its workers (``STEP:RANK``)."""
-    env = subprocess_env() | ({FAULT_ENV: fault} if fault else {})
+    """Run ``cmd`` in the training subprocesses' environment, plus ``env``."""
+    env = subprocess_env() | (env or {})
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"{cmd} failed:\n{out.stdout[-4000:]}\n{out.stderr[-6000:]}"
     return out
@@ -119,8 +119,8 @@ def test_crash_recovery_under_torchrun(data_root: Path, tmp_path: Path) -> None:
     which resume from last.pt in the same run directory and finish."""
     steps = ["trainer.batch_size=1", "trainer.epochs=2", "trainer.max_steps=5"]  # 3 per epoch
     overrides = [*tiny_overrides(data_root), *steps, "trainer.ckpt_every_steps=2"]
-    cmd = [*torchrun(), "--standalone", "--nproc_per_node=2", "--max-restarts=1", SCRIPT]
-    out = _run([*cmd, *overrides], cwd=tmp_path, fault="3:1")
+    cmd = [*torchrun(), "--standalone", "--nproc_per_node=2", "--max-restarts=1", CRASH_WORKER]
+    out = _run([*cmd, *overrides], cwd=tmp_path, env={"CRASH_STEP": "3", "CRASH_RANK": "1"})
     runs = [p.parent for p in tmp_path.glob("outputs/*/*/config.yaml")]
     assert len(runs) == 1, f"one run directory for all ranks and attempts, got {runs}"
     run = runs[0]

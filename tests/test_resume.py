@@ -9,9 +9,10 @@ import pytest
 import torch
 from training_utils import make_folder_subset, tiny_overrides
 
+import seg.engine.train
 from seg.checkpoint import LATER_STATE_KEYS, load_checkpoint, load_model_from_checkpoint
 from seg.config import compose_config
-from seg.engine.state import FAULT_ENV, Fault, InjectedFault, TrainState
+from seg.engine.state import TrainState
 from seg.engine.train import train
 
 # Random augmentation on (flip, shift, scale, rotate), so the pipelines' random states matter;
@@ -38,6 +39,21 @@ def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
+class _Crash(RuntimeError):
+    pass
+
+
+def _crash_at(step: int):
+    """A ``seg.engine.train.after_step`` that fails right after step ``step`` (and its
+    checkpoint), as a crash would."""
+
+    def after_step(done: int) -> None:
+        if done == step:
+            raise _Crash(f"crash after step {done}")
+
+    return after_step
+
+
 @pytest.mark.parametrize("ema", [[], ["trainer.ema_decay=0.9"]], ids=["plain", "ema"])
 def test_resume_gives_identical_parameters_and_logs(
     data_root: Path, tmp_path: Path, ema: list[str]
@@ -46,8 +62,8 @@ def test_resume_gives_identical_parameters_and_logs(
     common = [*COMMON, *ema]
     train(compose_config([*tiny_overrides(data_root, straight), *common]))
 
-    with pytest.MonkeyPatch.context() as mp, pytest.raises(InjectedFault):
-        mp.setenv(FAULT_ENV, "2:0:exception")
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(_Crash):
+        mp.setattr(seg.engine.train, "after_step", _crash_at(2))
         train(compose_config([*tiny_overrides(data_root, broken), *common]))
     saved = load_checkpoint(broken / "checkpoints" / "last.pt")
     assert (saved["epoch"], saved["step"], saved["batch_in_epoch"]) == (0, 2, 2)
@@ -82,27 +98,6 @@ def test_resume_from_a_run_directory_continues_a_finished_run(
     assert result["step"] == 5
     steps = [r["step"] for r in _history(tmp_path / "second") if "train/loss" in r]
     assert steps == [5]
-
-
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        ("3", Fault(3, 0, "exit")),
-        ("3:1", Fault(3, 1, "exit")),
-        ("2:0:exception", Fault(2, 0, "exception")),
-        ("", None),
-    ],
-)
-def test_the_fault_hook_reads_the_environment(monkeypatch, spec: str, expected) -> None:
-    monkeypatch.setenv(FAULT_ENV, spec)
-    assert Fault.from_env() == expected
-
-
-@pytest.mark.parametrize("spec", ["x", "3:1:crash", "3:1:exit:4", "3:-1"])
-def test_a_bad_fault_spec_names_the_variable(monkeypatch, spec: str) -> None:
-    monkeypatch.setenv(FAULT_ENV, spec)
-    with pytest.raises(ValueError, match=FAULT_ENV):
-        Fault.from_env()
 
 
 OLD_CHECKPOINT = Path(__file__).parent / "data" / "checkpoint_6d492e3.pt"  # commit 6d492e3's

@@ -65,7 +65,7 @@ def subprocess_env() -> dict[str, str]:
         "MASTER_ADDR",
         "MASTER_PORT",
     )
-    drop = ("SEG_DATA_DIR", "SEG_TEST_FAULT", *launcher)
+    drop = ("SEG_DATA_DIR", "CRASH_STEP", "CRASH_RANK", *launcher)
     env = {k: v for k, v in os.environ.items() if k not in drop and "TORCHELASTIC" not in k}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return env

@@ -23,12 +23,12 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 # Keys that configs no longer have, dropped from the configs stored in older checkpoints so that
 # those still load (seg.checkpoint.upgrade_checkpoint): where a run placed its columns (now
 # trainer.column_devices, not part of the model's description) and the crash tests' fault
-# injection (now the SEG_TEST_FAULT hook).
+# injection (now in the tests: they replace seg.engine.train.after_step).
 RETIRED_KEYS = {
     "model.devices": "trainer.column_devices=[...] (where a run places the columns)",
-    "trainer.fault_at_step": "the SEG_TEST_FAULT environment hook (crash tests only)",
-    "trainer.fault_rank": "the SEG_TEST_FAULT environment hook (crash tests only)",
-    "trainer.fault_kind": "the SEG_TEST_FAULT environment hook (crash tests only)",
+    "trainer.fault_at_step": "nothing: the crash tests replace seg.engine.train.after_step",
+    "trainer.fault_rank": "nothing: the crash tests replace seg.engine.train.after_step",
+    "trainer.fault_kind": "nothing: the crash tests replace seg.engine.train.after_step",
 }
 
 

@@ -1,14 +1,12 @@
-"""Training progress (saved in every checkpoint) and the fault injection of the crash tests."""
+"""Training progress, saved in every checkpoint."""
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from seg import distributed as du
 from seg.checkpoint import LATER_STATE_KEYS
 
 log = logging.getLogger(__name__)
@@ -89,44 +87,3 @@ def resume_changes(state: TrainState, saved: dict[str, Any], trainer: Any) -> No
             if k in saved and saved[k] != getattr(trainer, k)
         ]
     )
-
-
-FAULT_ENV = "SEG_TEST_FAULT"  # "STEP:RANK:exit|exception", crash-recovery tests only
-
-
-class InjectedFault(RuntimeError):
-    """The fault that ``SEG_TEST_FAULT=STEP:RANK:exception`` injects."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A crash that the crash-recovery tests inject through the environment (never a config
-    key: no user run has one): after step ``step``'s checkpoint, on rank ``rank``, on the first
-    attempt only. ``exit``: ``os._exit(1)``, the process dies at once as a crashed worker does;
-    ``exception``: raise :class:`InjectedFault` (in-process tests)."""
-
-    step: int
-    rank: int = 0
-    kind: str = "exit"
-
-    @classmethod
-    def from_env(cls) -> Fault | None:
-        spec = os.environ.get(FAULT_ENV)
-        if not spec:
-            return None
-        parts = spec.split(":")
-        step, rank, kind = (parts + ["", "0", "exit"][len(parts) :])[:3]
-        if len(parts) > 3 or kind not in ("exit", "exception") or not (step + rank).isdigit():
-            raise ValueError(f"{FAULT_ENV}={spec!r}: expected STEP[:RANK[:exit|exception]]")
-        return cls(int(step), int(rank), kind)
-
-    def maybe_inject(self, step: int) -> None:
-        if step != self.step or du.rank() != self.rank or du.restart_count() > 0:
-            return
-        message = f"{FAULT_ENV}: injected fault at step {step} on rank {du.rank()}"
-        log.error(message)
-        if self.kind == "exit":
-            for handler in logging.getLogger().handlers:
-                handler.flush()
-            os._exit(1)  # die like a crashed worker: no exception, no clean-up
-        raise InjectedFault(message)

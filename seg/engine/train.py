@@ -45,7 +45,7 @@ from seg.engine.run_dir import (
     remove_if_unused,
     write_run_files,
 )
-from seg.engine.state import Fault, TrainState, resume_changes
+from seg.engine.state import TrainState, resume_changes
 from seg.errors import DataError
 from seg.evaluation.report import TRAIN_SOURCES, format_training_report, meets_target
 from seg.fileio import write_json
@@ -193,7 +193,6 @@ def train_one_epoch(
     """Train from pass ``state.batch_in_epoch`` of ``state.epoch`` to the epoch's end or the
     last step; logs every ``logging.log_every`` steps, saves every ``trainer.ckpt_every_steps``."""
     t = cfg.trainer
-    fault = Fault.from_env()  # crash-recovery tests only
     passes = p.steps_per_epoch * t.accumulate
     meter = LossMeter(p.device)
     show = du.is_main_process() and cfg.logging.progress_bar
@@ -228,9 +227,13 @@ def train_one_epoch(
                 window = _log_train(p, state, meter, writer, bar, window, lr, clock.take())
             if save:
                 save_checkpoint(p, state, cfg, ckpts)
-            if fault is not None:
-                fault.maybe_inject(state.step)
+            after_step(state.step)
     bar.close()
+
+
+def after_step(step: int) -> None:
+    """Called after every optimiser step (and its checkpoint, if one was due); does nothing.
+    The crash tests replace it to fail at a chosen step (tests/crash_worker.py)."""
 
 
 def _log_train(
