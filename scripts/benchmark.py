@@ -31,7 +31,7 @@ import logging
 from pathlib import Path
 
 from seg.benchmark.models import PRECISIONS, ModelBenchSettings
-from seg.benchmark.run import SECTIONS, BenchmarkOptions, run_benchmark
+from seg.benchmark.suite import SECTIONS, BenchmarkOptions, run_benchmark
 from seg.benchmark.tables import format_report
 from seg.cli import user_errors
 from seg.fileio import write_text

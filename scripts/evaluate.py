@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
 
 def _evaluate(argv: list[str]) -> int:
     from seg.config import compose_eval_config
-    from seg.evaluation.run import run_evaluation
+    from seg.evaluation.scoring import run_evaluation
 
     result = run_evaluation(compose_eval_config(argv))
     timing = result["timing_s"]

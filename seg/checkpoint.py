@@ -7,7 +7,7 @@ included), so ``torch.load(weights_only=True)`` reads it and it rebuilds its mod
 "rng": [per rank], "config", "metrics", "best", "target", "elapsed_s"}``, and with a weight
 EMA (``trainer.ema_decay``) ``"train_model"`` and ``"ema_updates"`` too: ``"model"`` is always
 the weights to use (the average, then). What only training needs (``last`` / ``best`` /
-keep-N, RNG states, resume) is ``seg.engine.checkpoint``.
+keep-N, RNG states, resume) is ``seg.engine.checkpointer``.
 """
 
 from __future__ import annotations

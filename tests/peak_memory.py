@@ -15,8 +15,8 @@ from seg.benchmark.models import peak_rss, reset_peak_rss
 from seg.checkpoint import load_model_from_checkpoint
 from seg.config import compose_eval_config, compose_predict_config
 from seg.data.io import header_pixels
-from seg.evaluation.run import run_evaluation
-from seg.inference.run import run_predict
+from seg.evaluation.scoring import run_evaluation
+from seg.inference.prediction import run_predict
 
 
 def evaluate(checkpoint: str, root: Path, out: str) -> None:

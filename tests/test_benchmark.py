@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seg.benchmark.data import data_wait_share, loader_throughput
 from seg.benchmark.limits import conv_gflops, gemm_gflops
+from seg.benchmark.loading import data_wait_share, loader_throughput
 from seg.benchmark.models import (
     ModelBenchSettings,
     ModelSpec,
@@ -21,8 +21,8 @@ from seg.benchmark.models import (
     model_config_names,
     split_model_spec,
 )
-from seg.benchmark.run import BenchmarkOptions, run_benchmark
 from seg.benchmark.scaling import first_gpu, gpus_from, measure_scaling
+from seg.benchmark.suite import BenchmarkOptions, run_benchmark
 from seg.benchmark.tables import format_report
 from seg.benchmark.timing import time_calls
 from seg.config import compose_config

@@ -26,9 +26,9 @@ from seg.config import compose_config, compose_dict
 from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
 from seg.engine import launch
-from seg.engine.data import build_val_loader
-from seg.engine.evaluate import evaluate
+from seg.engine.loaders import build_val_loader
 from seg.engine.train import train
+from seg.engine.validation import evaluate
 
 SCRIPT = str(REPO / "scripts" / "train.py")
 CRASH_WORKER = str(REPO / "tests" / "crash_worker.py")  # train.py, rank 1 dying after a step

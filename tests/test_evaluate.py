@@ -35,12 +35,12 @@ from seg.data import SegDataset, list_source, pad_batch
 from seg.data.io import read_image, read_mask_array
 from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform, eval_pad_value
-from seg.engine.data import build_val_loader
-from seg.engine.evaluate import evaluate
+from seg.engine.loaders import build_val_loader
 from seg.engine.train import train
+from seg.engine.validation import evaluate
 from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.report import CSV_COLUMNS, SUMMARY_KEYS, image_row, json_safe, write_csv
-from seg.evaluation.run import run_evaluation
+from seg.evaluation.scoring import run_evaluation
 from seg.metrics import SegMetrics, boundary_fscore
 from seg.models import SegmentationModel
 

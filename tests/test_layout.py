@@ -100,7 +100,7 @@ def test_the_config_layer_imports_no_torch() -> None:
     ("where", "line"),
     [
         ("data/io.py", "from seg.engine.train import train"),
-        ("models/build.py", "def f():\n    import seg.evaluation.run"),
+        ("models/build.py", "def f():\n    import seg.evaluation.scoring"),
         ("metrics/confusion.py", "from seg import distributed"),  # same layer
     ],
 )

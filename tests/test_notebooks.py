@@ -59,7 +59,7 @@ def runs(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 def eval_dir(runs: dict[str, Path]) -> Path:
     """The dual-channel run's checkpoint evaluated on its validation split (real images)."""
     from seg.config import compose_eval_config
-    from seg.evaluation.run import run_evaluation
+    from seg.evaluation.scoring import run_evaluation
 
     ckpt = runs["dual_channel"] / "checkpoints" / "last.pt"
     overrides = [f"checkpoint={ckpt}", "split=val", "device=cpu", "num_workers=0"]

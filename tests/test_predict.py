@@ -205,7 +205,7 @@ def test_a_damaged_video_warns_with_both_frame_counts_and_skip_covers_videos(
     (clips / "cut.avi").write_bytes(data[: len(data) // 2])
     decodable = count_frames(clips / "cut.avi")[0]
     assert 0 < decodable < 30
-    with caplog.at_level("WARNING", logger="seg.inference.run"):
+    with caplog.at_level("WARNING", logger="seg.inference.prediction"):
         summary = run_predict(predict_cfg(clips, tmp_path / "a"), model, cfg)
     assert summary["frames"] == decodable
     assert f"cut.avi: the container reports 30 frames, only {decodable} could be decoded" in (

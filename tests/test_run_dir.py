@@ -130,7 +130,7 @@ def test_resume_refuses_another_optimiser_or_model_before_loading_any_state(
             "model.decoder_channels=16",
         )
     assert _snapshot(run) == before
-    with caplog.at_level("WARNING", logger="seg.engine.checkpoint"):
+    with caplog.at_level("WARNING", logger="seg.engine.checkpointer"):
         result = _train(
             data_root, run, "trainer.max_steps=2", "trainer.resume=auto", "optim.lr=0.02"
         )

@@ -24,8 +24,7 @@ from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform
 from seg.devices import native_bf16
 from seg.distributed import shard
-from seg.engine.data import ResumableSampler
-from seg.engine.evaluate import best_of, selection_prefix, selection_sources, validation_metrics
+from seg.engine.loaders import ResumableSampler
 from seg.engine.logger import NonFiniteLossError
 from seg.engine.losses import SegLoss, build_loss
 from seg.engine.optim import (
@@ -36,6 +35,7 @@ from seg.engine.optim import (
     resolve_precision,
 )
 from seg.engine.train import train
+from seg.engine.validation import best_of, selection_prefix, selection_sources, validation_metrics
 from seg.errors import UserError
 from seg.evaluation.report import format_training_report
 from seg.metrics import SegMetrics

@@ -1,4 +1,4 @@
-"""The benchmark results (``seg.benchmark.run.run_benchmark``) as plain-text tables."""
+"""The benchmark results (``seg.benchmark.suite.run_benchmark``) as plain-text tables."""
 
 from __future__ import annotations
 

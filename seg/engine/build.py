@@ -22,11 +22,11 @@ from seg.checkpoint import CheckpointError
 from seg.config import Config
 from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset, train_source_names
 from seg.data.transforms import build_eval_transform, eval_pad_value
-from seg.engine.checkpoint import restore_rng
-from seg.engine.data import ResumableSampler, build_train_loader, build_val_loader
+from seg.engine.checkpointer import restore_rng
 from seg.engine.ema import ModelEma
-from seg.engine.evaluate import metric_names, selection_sources
+from seg.engine.loaders import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.step import Stepper, build_stepper
+from seg.engine.validation import metric_names, selection_sources
 from seg.errors import ConfigError, DataError
 from seg.models import build_model
 from seg.models.build import input_normalization

@@ -50,7 +50,7 @@ class TrainState:
         return state
 
     def choose_best_by(self, best_of: str) -> None:
-        """Compare validations by ``best_of`` (:func:`seg.engine.evaluate.selection`) from now
+        """Compare validations by ``best_of`` (:func:`seg.engine.validation.selection`) from now
         on; the saved best of another metric or other sources is no bar for it, so best.pt is
         then chosen afresh."""
         if self.best is not None and self.best_of not in (None, best_of):

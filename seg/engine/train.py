@@ -1,6 +1,6 @@
 """The training loop as a few plain functions (in the manner of torchvision's reference recipe):
 
-    train(cfg) -> setup -> for each epoch: train_one_epoch -> validate -> save_checkpoint
+    train(cfg) -> setup -> for each epoch: train_one_epoch -> validate -> checkpoint_run
 
 The same code runs in one process, under torchrun, and in the workers that
 ``trainer.devices=N`` starts (seg/engine/launch.py).
@@ -28,13 +28,12 @@ from seg.config import Config, config_to_dict, to_config
 from seg.data import save_splits
 from seg.devices import resolve_devices
 from seg.engine.build import Parts, seed_everything, setup
-from seg.engine.checkpoint import (
+from seg.engine.checkpointer import (
     Checkpointer,
     capture_rng,
     check_resume_config,
     find_resume_checkpoint,
 )
-from seg.engine.evaluate import best_of, evaluate, scalars, selection_prefix, validation_metrics
 from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
@@ -46,6 +45,7 @@ from seg.engine.run_dir import (
     write_run_files,
 )
 from seg.engine.state import TrainState, resume_changes
+from seg.engine.validation import best_of, evaluate, scalars, selection_prefix, validation_metrics
 from seg.errors import DataError
 from seg.evaluation.report import TRAIN_SOURCES, format_training_report, meets_target
 from seg.fileio import write_json
@@ -170,7 +170,7 @@ def _run(
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         due = epoch_end and t.eval_every > 0 and state.epoch % t.eval_every == 0
         is_best = validate(p, state, cfg, writer) if due or state.step >= p.total_steps else False
-        save_checkpoint(p, state, cfg, ckpts, is_best)
+        checkpoint_run(p, state, cfg, ckpts, is_best)
         if t.stop_at_target and state.target is not None:
             log.info(
                 "trainer.stop_at_target: the target is reached, stopping at step %d", state.step
@@ -226,7 +226,7 @@ def train_one_epoch(
             if end or save or state.step % cfg.logging.log_every == 0:
                 window = _log_train(p, state, meter, writer, bar, window, lr, clock.take())
             if save:
-                save_checkpoint(p, state, cfg, ckpts)
+                checkpoint_run(p, state, cfg, ckpts)
             after_step(state.step)
     bar.close()
 
@@ -326,7 +326,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     return is_best
 
 
-def save_checkpoint(
+def checkpoint_run(
     p: Parts, state: TrainState, cfg: Config, ckpts: Checkpointer, is_best: bool = False
 ) -> None:
     """Every rank contributes its random states; rank 0 writes. ``"model"`` holds the weights

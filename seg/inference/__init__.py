@@ -5,13 +5,13 @@ Entry point: ``run_predict(cfg, model, train_cfg)`` (``scripts/predict.py``); th
 in ``seg.inference.render`` and the image/video I/O in ``seg.inference.media``.
 """
 
+from seg.inference.prediction import OutputSpec, predict_images, predict_video, run_predict
 from seg.inference.predictor import (
     Prediction,
     Predictor,
     build_predictor,
     restore_logits,
 )
-from seg.inference.run import OutputSpec, predict_images, predict_video, run_predict
 
 __all__ = [
     "OutputSpec",

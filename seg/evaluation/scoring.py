@@ -26,7 +26,6 @@ from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig, Inferen
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
 from seg.errors import DataError
-from seg.evaluation.data import Item, list_items, raw_loader
 from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.panels import four_panels
 from seg.evaluation.report import (
@@ -39,6 +38,7 @@ from seg.evaluation.report import (
     worst_rows,
     write_csv,
 )
+from seg.evaluation.samples import Item, list_items, raw_loader
 from seg.fileio import write_json, write_text
 from seg.inference.backend import inference_threads, load_for
 from seg.inference.media import write_image

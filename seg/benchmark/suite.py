@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from seg.benchmark.data import data_wait_share, loader_throughput
 from seg.benchmark.inference import measure_backends
 from seg.benchmark.limits import measure_limits
+from seg.benchmark.loading import data_wait_share, loader_throughput
 from seg.benchmark.models import (
     DTYPES,
     ModelBenchSettings,
