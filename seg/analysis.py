@@ -20,7 +20,8 @@ from typing import Any
 
 from seg.config import TARGET_PIXEL_ACC, to_config
 from seg.errors import ConfigError, DataError, MissingFileError
-from seg.evaluation.report import CSV_COLUMNS, TRAIN_SOURCES, meets_target
+from seg.evaluation.report import CSV_COLUMNS, meets_target
+from seg.evaluation.selection import TRAIN_SOURCES
 
 try:
     import matplotlib.pyplot as plt

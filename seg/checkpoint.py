@@ -93,7 +93,28 @@ def upgrade_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
     if "step" in ckpt:  # a training checkpoint (not a weights-only file)
         for key, value in LATER_STATE_KEYS.items():
             ckpt.setdefault(key, value)
+        ckpt["best_of"] = _selection_of(ckpt["best_of"], config)
     return ckpt
+
+
+def _selection_of(best_of: Any, config: dict[str, Any]) -> dict[str, Any] | None:
+    """A checkpoint's ``best_of`` as ``seg.evaluation.selection.Selection.as_dict`` gives it.
+    Before that: the text ``"<prefix><metric> over <a,b>"`` (prefix ``val/`` or
+    ``val/train_sources/``); before that, nothing, and the run chose on all its sources by its
+    ``trainer.best_metric`` (when it had chosen yet: a ``best``)."""
+    if isinstance(best_of, dict):
+        return best_of
+    if isinstance(best_of, str):
+        key, _, sources = best_of.partition(" over ")
+        held_out = key.startswith("val/train_sources/")
+        metric = key.rsplit("/", 1)[-1]
+        return {"metric": metric, "sources": sorted(sources.split(",")), "held_out": held_out}
+    data, trainer = config.get("data", {}), config.get("trainer", {})
+    if "best_metric" not in trainer:
+        return None
+    name = str(data.get("name", "human_mix"))
+    sources = data.get("sources", []) if name == "human_mix" else [name]
+    return {"metric": trainer["best_metric"], "sources": sorted(sources), "held_out": False}
 
 
 def load_model_from_checkpoint(

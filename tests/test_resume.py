@@ -14,6 +14,7 @@ from seg.checkpoint import LATER_STATE_KEYS, load_checkpoint, load_model_from_ch
 from seg.config import compose_config
 from seg.engine.state import TrainState
 from seg.engine.train import train
+from seg.evaluation.selection import Selection
 
 # Random augmentation on (flip, shift, scale, rotate), so the pipelines' random states matter;
 # 4 steps of 3 per epoch: the crash at step 2 is mid-epoch, the resumed run crosses an epoch.
@@ -117,5 +118,7 @@ def test_checkpoints_of_earlier_versions_load_for_inference_and_resume(tmp_path:
     older = tmp_path / "older.pt"
     torch.save(ckpt, older)
     state = TrainState.from_checkpoint(load_checkpoint(older), world_size=1)
-    assert (state.step, state.train_skipped, state.best_of) == (1, 0, None)
+    chose = Selection("iou_person", ("folder",))  # its best_metric over its sources
+    assert (state.step, state.train_skipped, state.best_of) == (1, 0, chose)
+    assert TrainState.from_checkpoint(load_checkpoint(OLD_CHECKPOINT), 1).best_of == chose
     assert load_model_from_checkpoint(older)[1] == cfg

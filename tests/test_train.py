@@ -35,9 +35,10 @@ from seg.engine.optim import (
     resolve_precision,
 )
 from seg.engine.train import train
-from seg.engine.validation import best_of, selection_prefix, selection_sources, validation_metrics
+from seg.engine.validation import validation_metrics
 from seg.errors import UserError
 from seg.evaluation.report import format_training_report
+from seg.evaluation.selection import Selection
 from seg.metrics import SegMetrics
 from seg.models import build_model, num_columns
 
@@ -109,17 +110,17 @@ def test_a_held_out_source_never_chooses_the_best_checkpoint() -> None:
     good.update(pred, pred)  # IoU 1
     poor.update(pred, torch.tensor([[[1, 0], [1, 0]]]))  # person IoU 1/3
     totals = {"ccp": poor, "vikram_human_seg": good}
-    selection = selection_sources(list(totals), ["ccp"])
-    assert selection == ["ccp"]
+    selection = Selection.of_run("iou_person", list(totals), ["ccp"])
+    assert selection == Selection("iou_person", ("ccp",), held_out=True)
     out = validation_metrics(totals, selection)
     assert out["val/train_sources/iou_person"] == pytest.approx(1 / 3)
     assert out["val/iou_person"] == pytest.approx(3 / 5)  # (1 + 2) / (3 + 2)
     assert out["confusion/train_sources"] == poor.confusion.tolist()
-    assert selection_prefix(selection) + "iou_person" == "val/train_sources/iou_person"
+    assert selection.key == "val/train_sources/iou_person"
     for every in (None, ["ccp", "vikram_human_seg"], ["vikram_human_seg", "ccp", "eg_portrait"]):
-        assert selection_sources(list(totals), every) is None
-        assert selection_prefix(selection_sources(list(totals), every)) + "miou" == "val/miou"
-    assert "val/train_sources/iou_person" not in validation_metrics(totals, None)
+        whole = Selection.of_run("miou", list(totals), every)
+        assert not whole.held_out and whole.key == "val/miou"
+        assert "val/train_sources/iou_person" not in validation_metrics(totals, whole)
 
 
 def test_leave_one_out_run_chooses_on_its_training_sources(
@@ -374,33 +375,34 @@ def test_resume_changes_regroup_at_the_next_epoch(caplog) -> None:
 
 
 def test_a_saved_best_counts_only_for_the_same_metric_over_the_same_sources(caplog) -> None:
-    """best_of names the key and the sources it sums: another best_metric, or other training
-    sources, start best.pt afresh; the same selection in another order or spelled as null does
-    not; a run without a saved best_of (older checkpoints) chose on all sources."""
+    """A Selection names the metric and the sources it sums: another best_metric, or other
+    training sources, start best.pt afresh; the same selection in another order or spelled as
+    null does not. Checkpoints store it as a dict; older ones' text is read the same."""
+    from seg.checkpoint import upgrade_checkpoint
     from seg.engine.state import TrainState
 
     every = ["ccp", "eg_portrait", "vikram_human_seg"]
 
-    def of(metric: str, train_sources: list[str] | None) -> str:  # as the engine forms it
-        return best_of(metric, every, selection_sources(every, train_sources))
+    def of(metric: str, train_sources: list[str] | None) -> Selection:  # as the engine forms it
+        return Selection.of_run(metric, every, train_sources)
 
-    assert of("iou_person", None) == ("val/iou_person over ccp,eg_portrait,vikram_human_seg")
+    assert str(of("iou_person", None)) == "val/iou_person over ccp,eg_portrait,vikram_human_seg"
     assert of("iou_person", ["vikram_human_seg", "ccp", "eg_portrait"]) == of("iou_person", None)
-    assert of("iou_person", ["eg_portrait", "ccp"]) == (
-        "val/train_sources/iou_person over ccp,eg_portrait"
-    )
+    held = of("iou_person", ["eg_portrait", "ccp"])
+    assert str(held) == "val/train_sources/iou_person over ccp,eg_portrait"
     state = TrainState(best=0.9, best_of=of("iou_person", None))
     state.choose_best_by(of("iou_person", every[::-1]))
     assert state.best == 0.9
     with caplog.at_level("WARNING", logger="seg.engine.state"):
-        state.choose_best_by(of("iou_person", ["ccp", "eg_portrait"]))
+        state.choose_best_by(held)
     assert state.best is None and "chosen afresh" in caplog.text
     state = TrainState(best=0.9, best_of=of("pixel_acc", None))
     state.choose_best_by(of("iou_person", None))
-    assert state.best is None and state.best_of == "val/iou_person over " + ",".join(every)
-    fresh = TrainState()
-    fresh.choose_best_by("val/miou over ccp")
-    assert fresh.best is None and fresh.as_dict()["best_of"] == "val/miou over ccp"
+    assert state.best is None and state.best_of == of("iou_person", None)
+    assert Selection.from_dict(state.as_dict()["best_of"]) == of("iou_person", None)
+    for text, selection in ((str(held), held), (str(of("miou", None)), of("miou", None))):
+        old = {"model": {}, "config": {}, "step": 1, "best_of": text}
+        assert Selection.from_dict(upgrade_checkpoint(old)["best_of"]) == selection
 
 
 def test_ohem_keeps_the_hardest_pixels() -> None:
@@ -488,7 +490,7 @@ def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_
     assert [r["val/skipped"] for r in logged if "val/skipped" in r] == [1.0]
     assert json.loads((run / "metrics.json").read_text())["train/skipped"] == 1
     assert "skipping bad sample" in (run / "train.log").read_text()  # the run's own log
-    report = format_training_report(result, ["folder"], 0.88)
+    report = format_training_report(result, ["folder"], 0.88, Selection("iou_person", ("folder",)))
     assert "bad pairs skipped (data.on_bad_sample=skip): 1 in validation" in report
 
     for i in VAL_IDS[1:]:

@@ -26,8 +26,9 @@ from seg.engine.checkpointer import restore_rng
 from seg.engine.ema import ModelEma
 from seg.engine.loaders import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.step import Stepper, build_stepper
-from seg.engine.validation import metric_names, selection_sources
+from seg.engine.validation import metric_names
 from seg.errors import ConfigError, DataError
+from seg.evaluation.selection import Selection
 from seg.models import build_model
 from seg.models.build import input_normalization
 
@@ -43,7 +44,7 @@ class Parts(Stepper):
     sampler: ResumableSampler
     val_loader: DataLoader | None
     sources: list[str]  # validation is reported per source
-    selection: list[str] | None  # the sources that steer the run when one is held out, else None
+    selection: Selection  # what steers the run: best.pt, the target
     transforms: list[Any]  # the training pipelines of this process (their RNG states are saved)
     steps_per_epoch: int
     total_steps: int
@@ -166,8 +167,8 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
-    selection = selection_sources(list(val_sets), train_source_names(cfg.data))
-    chosen = selection or list(val_sets)
+    selection = Selection.of_run(t.best_metric, list(val_sets), train_source_names(cfg.data))
+    chosen = list(selection.sources)
     if not sum(len(val_sets[name]) for name in chosen):
         # Every validation would be NaN and best.pt never written: say so now.
         raise ConfigError(

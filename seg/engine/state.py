@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seg.checkpoint import LATER_STATE_KEYS
+from seg.evaluation.selection import Selection
 
 log = logging.getLogger(__name__)
 STATE_KEYS = ("epoch", "step", "batch_in_epoch", "elapsed_s", "best", "target", "metrics")
@@ -25,7 +26,7 @@ class TrainState:
     batch_in_epoch: int = 0
     elapsed_s: float = 0.0  # training wall time, over all attempts
     best: float | None = None
-    best_of: str | None = None  # what ``best`` is a value of: "<metric key> over <sources>"
+    best_of: Selection | None = None  # what ``best`` is a value of
     target: dict | None = None  # when val/pixel_acc first reached trainer.target_pixel_acc
     metrics: dict = field(default_factory=dict)  # the latest validation
     train_skipped: int = 0  # bad training pairs replaced (data.on_bad_sample=skip), all ranks
@@ -39,20 +40,24 @@ class TrainState:
         self.clock = now
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (*STATE_KEYS, *LATER_KEYS)}
+        """What a checkpoint stores (``best_of`` as a plain dict)."""
+        out = {k: getattr(self, k) for k in (*STATE_KEYS, *LATER_KEYS)}
+        out["best_of"] = None if self.best_of is None else self.best_of.as_dict()
+        return out
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], world_size: int) -> TrainState:
         state = cls(**{k: ckpt[k] for k in (*STATE_KEYS, *LATER_KEYS)})
+        if ckpt["best_of"] is not None:
+            state.best_of = Selection.from_dict(ckpt["best_of"])
         saved_world = len(ckpt["rng"])  # one entry per replica
         if saved_world != world_size:
             state.next_epoch_if_regrouped([f"replicas: {saved_world} -> {world_size}"])
         return state
 
-    def choose_best_by(self, best_of: str) -> None:
-        """Compare validations by ``best_of`` (:func:`seg.engine.validation.selection`) from now
-        on; the saved best of another metric or other sources is no bar for it, so best.pt is
-        then chosen afresh."""
+    def choose_best_by(self, best_of: Selection) -> None:
+        """Compare validations by ``best_of`` from now on; the saved best of another metric or
+        other sources is no bar for it, so best.pt is then chosen afresh."""
         if self.best is not None and self.best_of not in (None, best_of):
             log.warning(
                 "best.pt followed %s, now %s: it is chosen afresh from the next validation on",

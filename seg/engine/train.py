@@ -45,9 +45,9 @@ from seg.engine.run_dir import (
     write_run_files,
 )
 from seg.engine.state import TrainState, resume_changes
-from seg.engine.validation import best_of, evaluate, scalars, selection_prefix, validation_metrics
+from seg.engine.validation import evaluate, scalars, validation_metrics
 from seg.errors import DataError
-from seg.evaluation.report import TRAIN_SOURCES, format_training_report, meets_target
+from seg.evaluation.report import format_training_report, meets_target
 from seg.fileio import write_json
 from seg.models import num_columns
 
@@ -124,10 +124,7 @@ def _run(
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
     if ckpt is not None:
         resume_changes(state, ckpt["config"].get("trainer", {}), t)
-        if state.best_of is None:  # saved before best_of was: all sources, its best_metric
-            saved_metric = ckpt["config"].get("trainer", {}).get("best_metric", t.best_metric)
-            state.best_of = best_of(saved_metric, p.sources, None)
-    state.choose_best_by(best_of(t.best_metric, p.sources, p.selection))
+    state.choose_best_by(p.selection)
     writer = MetricLogger(
         run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
     )
@@ -154,7 +151,7 @@ def _run(
         f", weight EMA (decay {t.ema_decay})" if p.ema is not None else "",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
-    if p.selection is not None:
+    if p.selection.held_out:
         log.info(
             "best.pt follows %s, and the pixel-accuracy target val/train_sources/pixel_acc: "
             "validation of the training sources only (the sources not trained on are "
@@ -180,7 +177,7 @@ def _run(
         validate(p, state, cfg, writer)
     hparams = {**flatten_hparams(cfg), "world_size": du.world_size()}
     # The overall metrics, and a leave-one-out run's training-sources ones (what it chose by).
-    chosen = f"val/{TRAIN_SOURCES}/"
+    chosen = p.selection.prefix
     overall = {k: v for k, v in state.metrics.items() if k.count("/") == 1 or k.startswith(chosen)}
     writer.log_hparams(hparams, overall)
     writer.close()
@@ -299,7 +296,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     aug = cfg.aug
     writer.log_val_images(state.step, model, p.device, aug.mean, aug.std, p.amp_dtype)
     state.tick()
-    prefix = selection_prefix(p.selection)
+    prefix = p.selection.prefix
     acc = state.metrics[prefix + "pixel_acc"]
     if state.target is None and meets_target(acc, t.target_pixel_acc):
         passes = p.steps_per_epoch * t.accumulate
@@ -365,7 +362,8 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
         "world_size": du.world_size(),
         "elapsed_s": round(state.elapsed_s, 1),
         "best_metric": t.best_metric,
-        "best_key": selection_prefix(p.selection) + t.best_metric,
+        "best_key": p.selection.key,
+        "selection": p.selection.as_dict(),
         "best": state.best,
         "target_pixel_acc": t.target_pixel_acc,
         "target_reached": state.target,
@@ -376,6 +374,6 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
             "final validation (%s split, at %s):\n%s",
             t.val_split,
             "x".join(map(str, cfg.aug.eval_size)),
-            format_training_report(result, p.sources, t.target_pixel_acc),
+            format_training_report(result, p.sources, t.target_pixel_acc, p.selection),
         )
     return result

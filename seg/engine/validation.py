@@ -11,7 +11,6 @@ original resolution is the evaluation script's job.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -20,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from seg import distributed as du
 from seg.data import run_by_size
-from seg.evaluation.report import TRAIN_SOURCES
+from seg.evaluation.selection import TRAIN_SOURCES, Selection
 from seg.metrics import SegMetrics, metrics_from_confusion
 
 
@@ -67,15 +66,13 @@ def evaluate(
     return totals, int(bad)
 
 
-def validation_metrics(
-    totals: dict[str, SegMetrics], selection: Sequence[str] | None = None
-) -> dict[str, Any]:
+def validation_metrics(totals: dict[str, SegMetrics], selection: Selection) -> dict[str, Any]:
     """``val/<source>/<metric>`` per source, ``val/<metric>`` over all of them (the summed
     counts), and the matrices themselves as lists under ``confusion/<source>`` / ``confusion/all``.
 
-    With a ``selection`` (:func:`selection_sources`: the training sources, when a validated
-    source is held out), ``val/train_sources/<metric>`` and ``confusion/train_sources`` sum
-    those only: the training-domain validation that steers the run without the held-out source.
+    With a ``selection`` that holds sources out, ``val/train_sources/<metric>`` and
+    ``confusion/train_sources`` sum its sources only: the training-domain validation that steers
+    the run without the held-out sources.
     """
     first = next(iter(totals.values()))
     overall = SegMetrics.confusion_only(first.num_classes, first.device)
@@ -85,40 +82,14 @@ def validation_metrics(
         out.update({f"val/{name}/{k}": v for k, v in metrics.compute().items()})
         out[f"confusion/{name}"] = metrics.confusion.tolist()
         overall.merge_(metrics)
-        if selection is not None and name in selection:
+        if name in selection.sources:
             seen.merge_(metrics)
     out.update({f"val/{k}": v for k, v in overall.compute().items()})
     out["confusion/all"] = overall.confusion.tolist()
-    if selection is not None:
-        out.update({f"val/{TRAIN_SOURCES}/{k}": v for k, v in seen.compute().items()})
+    if selection.held_out:
+        out.update({f"{selection.prefix}{k}": v for k, v in seen.compute().items()})
         out[f"confusion/{TRAIN_SOURCES}"] = seen.confusion.tolist()
     return out
-
-
-def selection_sources(
-    validated: Sequence[str], train_sources: Sequence[str] | None
-) -> list[str] | None:
-    """The validated sources that steer a run (``best.pt``, the pixel-accuracy target,
-    ``trainer.stop_at_target``) when some validated source is not trained on (held out by
-    ``data.train_sources``, or only validated: ``data.val_sources``), else None: all of them
-    (``val/<metric>``). ``train_sources``: the sources trained on (``train_source_names``)."""
-    if train_sources is None:
-        return None
-    chosen = [name for name in validated if name in train_sources]
-    return chosen if chosen and len(chosen) < len(validated) else None
-
-
-def selection_prefix(selection: Sequence[str] | None) -> str:
-    """Where the figures that steer a run are read: ``val/train_sources/`` with a
-    :func:`selection_sources` (DomainBed's training-domain validation), else ``val/``."""
-    return "val/" if selection is None else f"val/{TRAIN_SOURCES}/"
-
-
-def best_of(best_metric: str, validated: Sequence[str], selection: Sequence[str] | None) -> str:
-    """What a run's best value is a value of: its key and the sources it sums (sorted), so
-    that a resumed run can tell whether a saved best still compares."""
-    sources = ",".join(sorted(selection or validated))
-    return f"{selection_prefix(selection)}{best_metric} over {sources}"
 
 
 def metric_names(num_classes: int) -> list[str]:

@@ -16,12 +16,10 @@ from typing import Any
 import torch
 
 from seg.config import PERSON
+from seg.evaluation.selection import Selection
 from seg.fileio import write_text
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent, ratio
-
-# val/train_sources/<metric>: the validation of a leave-one-out run's training sources only
-TRAIN_SOURCES = "train_sources"
 
 CSV_COLUMNS = (
     "name",
@@ -203,15 +201,16 @@ def target_line(pixel_acc: float, target: float) -> str:
     return f"pixel accuracy {percent(pixel_acc)} vs target {100 * target:.4g}%: {verdict}"
 
 
-def format_training_report(metrics: dict[str, Any], sources: list[str], target: float) -> str:
+def format_training_report(
+    metrics: dict[str, Any], sources: list[str], target: float, selection: Selection
+) -> str:
     """A training run's final table (its ``metrics.json``): pixel accuracy, person IoU and
     mIoU per source and overall (and over the training sources when one is held out, the
     figures the target is then judged on), the verdict against the pixel-accuracy target, when
     training first reached it, and the bad pairs that were skipped."""
     rows = [(s, f"val/{s}/") for s in sources] + [("all", "val/")]
-    judged = "val/"  # what the target is judged on: the training sources when one is held out
-    if f"confusion/{TRAIN_SOURCES}" in metrics:
-        judged = f"val/{TRAIN_SOURCES}/"
+    judged = selection.prefix  # what the target is judged on
+    if selection.held_out:
         rows.append(("training sources", judged))
     head = ["pixel acc", "person IoU", "mIoU", *(h for _, h in EMPTY_COLUMNS)]
     lines = [f"{'source':<20} " + " ".join(f"{h:>10}" for h in head)]
