@@ -6,6 +6,8 @@ pipeline, scaling.
     python scripts/benchmark.py --sections models --models dual_channel dual_channel:compile \\
         dual_channel:bf16 lraspp_mobilenet_v3_large lraspp_mobilenet_v3_large:bf16
     python scripts/benchmark.py --sections inference --models dual_channel --size 256 256
+    python scripts/benchmark.py --sections inference --size 256 256 --models \
+        dual_channel_pretrained dual_channel_pretrained:model.columns.1.backbone=efficientnet_lite2
     python scripts/benchmark.py --device cuda --precision bf16 --size 512 512 \\
         --models dual_channel lraspp_mobilenet_v3_large --json bench.json
 
@@ -43,8 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--models",
         nargs="+",
         default=None,
-        help="configs/model names (all), each with optional ':compile' (torch.compile) and "
-        "':bf16' or ':32' (precision of this row), e.g. dual_channel:bf16",
+        help="configs/model names (all), each with optional ':compile' (torch.compile), "
+        "':bf16' or ':32' (precision of this row) and ':key=value' config overrides (a variant), "
+        "e.g. dual_channel:bf16, "
+        "dual_channel_pretrained:model.columns.1.backbone=efficientnet_lite2",
     )
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     parser.add_argument("--batch", type=int, default=8)

@@ -88,16 +88,23 @@ def test_model_specs_name_a_config_compilation_and_precision() -> None:
     assert split_model_spec("dual_channel") == ModelSpec("dual_channel", False, None)
     assert split_model_spec("dual_channel:compile") == ModelSpec("dual_channel", True, None)
     assert split_model_spec("unet:bf16:compile") == ModelSpec("unet", True, "bf16")
+    variant = "dual_channel:model.columns.0.widths=[8,8,8,8,8]:32"
+    assert split_model_spec(variant) == ModelSpec(
+        "dual_channel", False, "32", ("model.columns.0.widths=[8,8,8,8,8]",)
+    )
     assert BenchmarkOptions(models=["unet", "unet:compile"]).models == ["unet", "unet:compile"]
     for bad in ("unet:fp8", "unet:bf16:32", "unet:compile:compile"):
         with pytest.raises(ValueError, match=rf"model spec '{bad}': options .* at most one"):
             split_model_spec(bad)
 
 
-def test_spec_precision_overrides_the_runs() -> None:
+def test_spec_precision_and_overrides_make_the_row() -> None:
     row = measure_model("single_column:bf16", tiny())
     assert row["precision"] == "bf16" and row["model"] == "single_column:bf16"
-    assert measure_model("single_column", tiny())["precision"] == "32"
+    plain = measure_model("single_column", tiny())
+    assert plain["precision"] == "32"
+    wider = measure_model("single_column:model.columns.0.widths=[16,32,64,128,256]", tiny())
+    assert wider["params"] > plain["params"]
 
 
 def test_run_benchmark_limits_and_models_tables() -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seg.benchmark.models import ModelBenchSettings, load_config
+from seg.benchmark.models import ModelBenchSettings, load_config, split_model_spec
 from seg.data.transforms import build_eval_transform
 from seg.devices import native_bf16
 from seg.inference.backend import torch_threads
@@ -82,7 +82,8 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> Iterator[Inference
     slows the first (the pretrained model's fp32 session: 10.8 -> 15-19 ms at batch 1 on the
     2-core machine, back to 10.2 once the other is freed), and ``predict.py`` and
     ``evaluate.py`` only ever hold one."""
-    cfg = load_config(name, s)
+    spec = split_model_spec(name)
+    cfg = load_config(spec.name, s, spec.overrides)
     torch.manual_seed(0)
     model = build_model(cfg.model, pretrained=False).eval()  # random weights: same FLOPs
     deployed = deploy_model(model)

@@ -68,16 +68,21 @@ def model_config_names() -> list[str]:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A parsed model spec: config name, compiled?, precision override (None: the run's)."""
+    """A parsed model spec: config name, compiled?, precision override (None: the run's), and
+    config overrides (``model.columns.1.backbone=efficientnet_lite2``: a variant of the config)."""
 
     name: str
     compile: bool = False
     precision: str | None = None
+    overrides: tuple[str, ...] = ()
 
 
 def split_model_spec(spec: str) -> ModelSpec:
-    """``"name[:compile][:bf16|:32]"`` -> :class:`ModelSpec`; unknown options raise ValueError."""
+    """``"name[:compile][:bf16|:32][:key=value...]"`` -> :class:`ModelSpec`; unknown options
+    raise ConfigError (a bad override key fails when the config is composed)."""
     name, *options = spec.split(":")
+    overrides = tuple(o for o in options if "=" in o)
+    options = [o for o in options if "=" not in o]
     bad = [o for o in options if o not in SPEC_OPTIONS]
     precisions = [o for o in options if o in PRECISIONS]
     if bad or len(precisions) > 1 or len(set(options)) < len(options):
@@ -85,7 +90,7 @@ def split_model_spec(spec: str) -> ModelSpec:
             f"model spec {spec!r}: options {options} are not a subset of {list(SPEC_OPTIONS)} "
             "with at most one precision"
         )
-    return ModelSpec(name, "compile" in options, precisions[0] if precisions else None)
+    return ModelSpec(name, "compile" in options, precisions[0] if precisions else None, overrides)
 
 
 def check_model_names(specs: list[str]) -> None:
@@ -98,14 +103,16 @@ def check_model_names(specs: list[str]) -> None:
         )
 
 
-def load_config(name: str, s: ModelBenchSettings) -> Config:
-    """The training config of ``model=<name>`` (default loss and SGD recipe), in the precision
-    and memory layout of ``s``: what the engine's training step is built from."""
+def load_config(name: str, s: ModelBenchSettings, overrides: tuple[str, ...] = ()) -> Config:
+    """The training config of ``model=<name>`` (default loss and SGD recipe) with
+    ``overrides``, in the precision and memory layout of ``s``: what the engine's training step
+    is built from."""
     return compose_config(
         [
             f"model={name}",
             f"model.channels_last={str(s.channels_last).lower()}",
             f"trainer.precision='{s.precision}'",
+            *overrides,
         ]
     )
 
@@ -218,7 +225,7 @@ def measure_model(spec: str, s: ModelBenchSettings) -> dict[str, Any]:
     s = replace(s, precision=parsed.precision or s.precision)
     if s.threads is not None:
         torch.set_num_threads(s.threads)
-    cfg = load_config(parsed.name, s)
+    cfg = load_config(parsed.name, s, parsed.overrides)
     torch.manual_seed(0)
     rss_before = reset_peak_rss()
     model = build_placed(cfg.model, s.device)

@@ -171,7 +171,8 @@ def run_benchmark(opts: BenchmarkOptions) -> dict[str, Any]:
             row["conv_limit_fraction"] = row["achieved_gflops_per_s"] / conv if conv else None
     if "inference" in opts.sections:
         # Every path on the CPU; the models asked for, else the default model (an export each).
-        names = [split_model_spec(m).name for m in opts.models or ["dual_channel"]]
+        specs = [split_model_spec(m) for m in opts.models or ["dual_channel"]]
+        names = [":".join([m.name, *m.overrides]) for m in specs]  # compile, precision: n/a
         missing = missing_onnx_packages()
         if s.device != "cpu" or missing:
             why = f"needs {', '.join(missing)}" if missing else "CPU backends only (--device cpu)"

@@ -29,6 +29,10 @@ RETIRED_KEYS = {
     "trainer.fault_at_step": "nothing: the crash tests replace seg.engine.train.after_step",
     "trainer.fault_rank": "nothing: the crash tests replace seg.engine.train.after_step",
     "trainer.fault_kind": "nothing: the crash tests replace seg.engine.train.after_step",
+    # Options no recipe, doc or test of a use read (issue 27): fewer keys to hold.
+    "optim.nesterov": "optim.momentum (plain momentum SGD, as every recipe trained)",
+    "optim.warmup_factor": "optim.warmup_steps (the warm-up starts at 0.01 * optim.lr)",
+    "loss.label_smoothing": "nothing: no recipe smoothed labels (two classes, ignore 255)",
 }
 
 

@@ -137,7 +137,6 @@ class OptimConfig:
     name: OptimizerName = OptimizerName.sgd
     lr: float = 0.01  # peak learning rate, reached at the end of the warm-up
     momentum: float = 0.9  # sgd
-    nesterov: bool = False  # sgd
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw
     weight_decay: float = 1e-4
     # Weight decay of normalisation layers and biases; null = the same as weight_decay.
@@ -148,8 +147,7 @@ class OptimConfig:
     schedule: ScheduleName = ScheduleName.poly
     power: float = 0.9  # poly
     min_lr_ratio: float = 0.0  # final LR of poly / cosine, as a fraction of lr
-    warmup_steps: int = 0  # linear warm-up from warmup_factor * lr to lr
-    warmup_factor: float = 0.01
+    warmup_steps: int = 0  # linear warm-up from 0.01 * lr to lr
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "optim.lr", self.lr, "a number > 0")
@@ -181,12 +179,6 @@ class OptimConfig:
             "a fraction in [0, 1]",
         )
         _check(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, "an integer >= 0")
-        _check(
-            0 < self.warmup_factor <= 1,
-            "optim.warmup_factor",
-            self.warmup_factor,
-            "a fraction in (0, 1]",
-        )
 
 
 @dataclass
@@ -197,7 +189,6 @@ class LossConfig:
     """
 
     class_weights: list[float] | None = None  # one per class; null = equal
-    label_smoothing: float = 0.0
     dice_weight: float = 0.0  # adds dice_weight * (1 - soft Dice of the person class); 0 = off
     ohem: bool = False  # online hard example mining: average CE over the hardest pixels only
     ohem_thresh: float = 0.7  # hard = probability of the true class below this
@@ -205,12 +196,6 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         _check(self.dice_weight >= 0, "loss.dice_weight", self.dice_weight, "a number >= 0")
-        _check(
-            0 <= self.label_smoothing < 1,
-            "loss.label_smoothing",
-            self.label_smoothing,
-            "a number in [0, 1)",
-        )
         _check(
             0 < self.ohem_thresh <= 1,
             "loss.ohem_thresh",

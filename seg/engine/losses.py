@@ -30,7 +30,6 @@ class SegLoss(nn.Module):
         num_classes: int,
         aux_weight: float = 0.4,
         class_weights: Sequence[float] | None = None,
-        label_smoothing: float = 0.0,
         dice_weight: float = 0.0,
         ohem: bool = False,
         ohem_thresh: float = 0.7,
@@ -46,7 +45,6 @@ class SegLoss(nn.Module):
         self.register_buffer("class_weights", weights.float(), persistent=False)
         self.num_classes = num_classes
         self.aux_weight = aux_weight
-        self.label_smoothing = label_smoothing
         self.dice_weight = dice_weight
         self.ohem = ohem
         self.ohem_thresh = ohem_thresh
@@ -62,7 +60,6 @@ class SegLoss(nn.Module):
             safe,
             weight=self.class_weights,
             reduction="none",
-            label_smoothing=self.label_smoothing,
         )
         # per_pixel is already w[y] * nll (F.cross_entropy's weight): mask it, and divide by
         # the kept pixels' weights, as F.cross_entropy's weighted mean does.
@@ -114,7 +111,6 @@ def build_loss(cfg: LossConfig, num_classes: int, aux_weight: float) -> SegLoss:
         num_classes,
         aux_weight=aux_weight,
         class_weights=cfg.class_weights,
-        label_smoothing=cfg.label_smoothing,
         dice_weight=cfg.dice_weight,
         ohem=cfg.ohem,
         ohem_thresh=cfg.ohem_thresh,

@@ -65,7 +65,7 @@ def param_groups(
 
 
 OPTIMIZERS: dict[str, Callable[[list[dict], OptimConfig], Optimizer]] = {
-    "sgd": lambda groups, c: SGD(groups, lr=c.lr, momentum=c.momentum, nesterov=c.nesterov),
+    "sgd": lambda groups, c: SGD(groups, lr=c.lr, momentum=c.momentum),
     "adamw": lambda groups, c: AdamW(groups, lr=c.lr, betas=tuple(c.betas)),
 }
 
@@ -75,8 +75,6 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> Optimizer:
     name = _value(cfg.name)
     if name not in OPTIMIZERS:
         raise ConfigError(f"unknown optim.name {name!r}; valid names: {sorted(OPTIMIZERS)}")
-    if name == "sgd" and cfg.nesterov and cfg.momentum <= 0:
-        raise ConfigError("optim.nesterov=true needs optim.momentum > 0")
     groups = param_groups(model, cfg.weight_decay, cfg.norm_weight_decay, cfg.backbone_lr_mult)
     optimizer = OPTIMIZERS[name](groups, cfg)
     for group in optimizer.param_groups:  # LambdaLR scales each group's initial_lr
@@ -132,9 +130,8 @@ def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, total_steps: int) ->
         total_steps,
         _value(cfg.schedule),
         cfg.warmup_steps,
-        cfg.warmup_factor,
-        cfg.power,
-        cfg.min_lr_ratio,
+        power=cfg.power,
+        min_lr_ratio=cfg.min_lr_ratio,
     )
     return LambdaLR(optimizer, schedule)
 
