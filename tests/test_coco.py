@@ -113,15 +113,18 @@ def test_negatives_are_a_share_of_the_epoch_and_never_pasted_from(
 @pytest.mark.parametrize(
     ("negatives", "share", "problem"),
     [
-        ("imagenet_negatives", 1.0, r"data\.negatives_p=1\.0 must be a share in \[0, 1\)"),
+        (
+            "imagenet_negatives",
+            1.0,
+            r"data\.negatives_p=1\.0 is invalid: expected a share",
+        ),
         ("imagenet_negatives", -0.1, r"data\.negatives_p=-0\.1"),
         ("no/such/folder", 0.1, r"data\.negatives='no/such/folder': no folder .*no/such/folder"),
     ],
 )
 def test_bad_negatives_settings_name_the_key(data_env, negatives, share, problem) -> None:
-    data = DataConfig(negatives=negatives, negatives_p=share)
-    with pytest.raises((ValueError, FileNotFoundError), match=problem):
-        negative_refs(data, 10)
+    with pytest.raises((ValueError, FileNotFoundError), match=problem):  # at once, or on use
+        negative_refs(DataConfig(negatives=negatives, negatives_p=share), 10)
 
 
 def test_an_empty_negatives_folder_says_what_it_expected(tmp_path: Path) -> None:

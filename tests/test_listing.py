@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seg.config import BadSamplePolicy
+from seg.config import BadSamplePolicy, DataConfig
 from seg.data.io import BadSampleError
 from seg.data.listing import hash_split, list_ccp, list_eg_portrait, list_vikram
 
@@ -70,6 +70,6 @@ def test_ccp_annotation_without_photo_is_reported(shared_datasets: Path, tmp_pat
 
 
 @pytest.mark.parametrize(("val", "test"), [(-0.1, 0.2), (0.5, 0.5), (0.1, 1.0)])
-def test_bad_split_fractions_are_rejected(vikram_subset: Path, val: float, test: float) -> None:
+def test_bad_split_fractions_are_rejected(val: float, test: float) -> None:
     with pytest.raises(ValueError, match=r"data\.(val|test)_fraction"):
-        list_vikram(vikram_subset, val, test)
+        DataConfig(val_fraction=val, test_fraction=test)

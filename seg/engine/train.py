@@ -177,7 +177,7 @@ def _run(
         validate(p, state, cfg, writer)
     hparams = {**flatten_hparams(cfg), "world_size": du.world_size()}
     # The overall metrics, and a leave-one-out run's training-sources ones (what it chose by).
-    chosen = p.selection.prefix
+    chosen = p.selection.prefix if p.selection.held_out else "val/train_sources/"
     overall = {k: v for k, v in state.metrics.items() if k.count("/") == 1 or k.startswith(chosen)}
     writer.log_hparams(hparams, overall)
     writer.close()
