@@ -4,15 +4,32 @@
 them. ``vikram_pairs`` never skips: the real vikram_human_seg folder where it exists, else drawn
 pairs of the same names, sizes and layout (``tests/synthetic.py``), so that the core suite
 (loading, training, resuming, evaluating, predicting, exporting) runs on any machine.
+
+What is costly is built once per session and shared read-only: a real 2-step training run
+(``tiny_run``), a random tiny dual-column model (``tiny_model``) and its checked ONNX export
+(``exported_tiny``). A test that writes beside them takes a copy (``tiny_checkpoint``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+from torch import nn
+from training_utils import (
+    calibrated_model,
+    load_script,
+    make_folder_subset,
+    tiny_config,
+    tiny_overrides,
+)
+
+from seg.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = Path(os.environ.get("SEG_SHARED_DATASETS", REPO.parent / "shared" / "datasets"))
@@ -57,3 +74,110 @@ def vikram_subset(vikram_pairs: Path, tmp_path: Path) -> Path:
         shutil.copy(src / "Training_Images" / f"{stem}.jpg", dst / "Training_Images")
         shutil.copy(src / "Ground_Truth" / f"{stem}.png", dst / "Ground_Truth")
     return dst
+
+
+@pytest.fixture
+def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A few vikram pairs as a ``data=folder`` root (train and val splits), with SEG_DATA_DIR
+    unset so that ``data.root`` is the one used."""
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+    return make_folder_subset(vikram_pairs, tmp_path / "data")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a real 2-step run (single-column net, 64x64 crops, vikram pairs): read only
+    (copy it to write into it); its checkpoint ``checkpoints/last.pt`` has its ONNX export in
+    the cache beside it, so a copy of the folder predicts through ONNX Runtime at once."""
+    from seg.checkpoint import load_model_from_checkpoint
+    from seg.config import compose_config
+    from seg.engine.train import train
+    from seg.inference.onnx import cached_export
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    data = make_folder_subset(vikram_pairs, root / "data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SEG_DATA_DIR", raising=False)
+        train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
+    last = root / "run" / "checkpoints" / "last.pt"
+    cached_export(last, *load_model_from_checkpoint(last, device="cpu"))
+    return root / "run"
+
+
+TINY_PHOTOS = ("1.jpg", "3.jpg", "56.jpg")  # of Training_Images: landscape, portrait, grayscale
+
+
+@pytest.fixture(scope="session")
+def tiny_photos(vikram_pairs: Path) -> list[np.ndarray]:
+    """Three real photos of different shapes (RGB arrays; read only)."""
+    from seg.data.io import read_image
+
+    return [read_image(vikram_pairs / "Training_Images" / name) for name in TINY_PHOTOS]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_photos: list[np.ndarray]) -> tuple[nn.Module, Config]:
+    """A random dual-column net of a few channels (``tiny_config``) whose BatchNorm statistics
+    come from ``tiny_photos``, so that its masks hold both classes; in eval mode, read only."""
+    cfg = tiny_config()
+    return calibrated_model(cfg, tiny_photos), cfg
+
+
+# scripts/export.py's verification: real photos of both orientations and a grayscale one, at
+# the eval size's canvas and an odd larger size, in batches of 1 and 3 (test_export.py).
+EXPORT_PHOTOS = ("1.jpg", "22.jpg", "3.jpg", "56.jpg")  # of Training_Images
+EXPORT_ARGS = ["sizes=[[256,192],[321,241]]", "batch_sizes=[1,3]"]
+
+
+@pytest.fixture(scope="session")
+def exported_tiny(
+    tiny_model: tuple[nn.Module, Config], vikram_pairs: Path, tmp_path_factory
+) -> Path:
+    """``run/checkpoints/best.pt`` of ``tiny_model``, exported by ``scripts/export.py`` (checked
+    against PyTorch on real photos; its JSON report is ``run/export_report.json``) to the name
+    the ONNX Runtime backend's cache gives it, so that every use of the checkpoint is a cache
+    hit. Read only: copy it with ``tiny_checkpoint``."""
+    from seg.checkpoint import save_checkpoint
+    from seg.config import config_to_dict
+    from seg.inference.onnx import export_key
+
+    model, cfg = tiny_model
+    root = tmp_path_factory.mktemp("exported")
+    path = root / "run" / "checkpoints" / "best.pt"
+    path.parent.mkdir(parents=True)
+    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, path)
+    photos = root / "photos"
+    photos.mkdir()
+    for name in EXPORT_PHOTOS:
+        shutil.copy(vikram_pairs / "Training_Images" / name, photos)
+    out = path.parent / f"best.{export_key(path)}.onnx"
+    args = [f"checkpoint={path}", f"out={out}", f"images={photos}", *EXPORT_ARGS]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert load_script("export").main(args) == 0
+    (root / "run" / "export_report.json").write_text(printed.getvalue())
+    return path
+
+
+@pytest.fixture
+def tiny_checkpoint(exported_tiny: Path, tmp_path: Path) -> Path:
+    """A writable copy of ``exported_tiny``'s checkpoint folder (best.pt and its export: a cache
+    hit, as the cache key is the checkpoint's content)."""
+    folder = tmp_path / "run" / "checkpoints"
+    shutil.copytree(exported_tiny.parent, folder)
+    return folder / exported_tiny.name
+
+
+@pytest.fixture
+def fast_export(exported_tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``export_onnx`` writes a copy of ``exported_tiny``'s export (the dynamo export of the same
+    weights) instead of exporting again: for tests of what happens around an export of
+    ``tiny_model``'s checkpoint (caching, temporary files, checks), not of the export itself."""
+    from seg.inference import onnx as onnx_mod
+
+    (export,) = exported_tiny.parent.glob("*.onnx")
+
+    def copy_export(model: nn.Module, path: Path, *args: object, **kwargs: object) -> Path:
+        shutil.copyfile(export, path)
+        return Path(path)
+
+    monkeypatch.setattr(onnx_mod, "export_onnx", copy_export)

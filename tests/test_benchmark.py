@@ -4,13 +4,14 @@ choices. No timing is asserted."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from training_utils import load_script
 
+from seg.benchmark import suite
 from seg.benchmark.limits import conv_gflops, gemm_gflops
 from seg.benchmark.loading import data_wait_share, loader_throughput
 from seg.benchmark.models import (
@@ -125,7 +126,17 @@ def test_run_benchmark_limits_and_models_tables() -> None:
     assert f"torch {torch.__version__}" in text
 
 
-def test_each_row_is_compared_with_the_limit_of_its_precision() -> None:
+def test_each_row_is_compared_with_the_limit_of_its_precision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def small_limits(device: torch.device, dtype: torch.dtype, seconds: float) -> dict:
+        """The real kernels at sizes that take milliseconds, also in bf16 on a CPU without
+        native bf16 (where the full sizes take a minute)."""
+        gemm = gemm_gflops(device, n=64, dtype=dtype, seconds=seconds)
+        conv = conv_gflops(device, channels=8, size=(16, 16), batch=2, dtype=dtype, seconds=seconds)
+        return {"gemm": gemm, "conv3x3": conv}
+
+    monkeypatch.setattr(suite, "measure_limits", small_limits)
     opts = BenchmarkOptions(
         settings=tiny(), sections=["limits", "models"], models=["unet", "unet:bf16"], isolate=False
     )
@@ -189,9 +200,7 @@ def test_bf16_autocast_path_runs_on_cpu() -> None:
 
 
 def test_script_writes_json(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("benchmark", REPO / "scripts" / "benchmark.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("benchmark")
     out = tmp_path / "bench.json"
     args = ["--sections", "models", "--models", "single_column", "--no-isolate", "--batch", "2"]
     args += ["--size", "32", "32", "--steps", "1", "--warmup", "0", "--seconds", "0.01"]
@@ -243,16 +252,34 @@ def test_compiled_row_beside_the_eager_one() -> None:
     assert "single_column:compile" in format_report({**_empty_result(), "models": [compiled]})
 
 
-def test_inference_backends_rows_cover_every_path():
+def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypatch):
     """Each path (eager, folded, bf16 where native, ONNX Runtime fp32 and int8, and
     predict.py's whole per-image work per backend) at each batch size, with positive times;
-    torch's thread count is restored after the ONNX Runtime rows."""
+    torch's thread count is restored after the ONNX Runtime rows. A second ONNX Runtime
+    session that has run slows the first, and predict.py holds only one: while each ONNX
+    Runtime path runs, its session is the only one alive."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    from seg.benchmark.inference import format_backends, measure_backends
+    import gc
 
+    from seg.benchmark import inference
+    from seg.inference.onnx import OnnxRuntimeModel
+
+    def live_sessions() -> int:
+        gc.collect()
+        return sum(isinstance(o, OnnxRuntimeModel) for o in gc.get_objects())
+
+    seen = {}
+    real_paths = inference._paths
+
+    def watched_paths(*args):
+        for path in real_paths(*args):
+            seen[path.name] = live_sessions()
+            yield path
+
+    monkeypatch.setattr(inference, "_paths", watched_paths)
     threads = torch.get_num_threads()
-    rows = measure_backends(["dual_channel"], tiny())
+    rows = inference.measure_backends(["single_column"], tiny())
     assert torch.get_num_threads() == threads
     paths = list(dict.fromkeys(r["path"] for r in rows))
     expected = {"torch fp32, as trained", "torch fp32, BN folded", "onnxruntime fp32"}
@@ -263,29 +290,9 @@ def test_inference_backends_rows_cover_every_path():
     assert expected <= set(paths) and len(rows) == 2 * len(paths)
     for r in rows:
         assert r["calls"] >= 3 and 0 < r["median_ms_per_img"] <= r["p90_ms_per_img"], r
-    table = format_backends(rows, (32, 32))
+    table = inference.format_backends(rows, (32, 32))
     assert all(p in table for p in paths)
 
-
-def test_inference_paths_hold_one_onnxruntime_session_at_a_time(tmp_path):
-    """A second ONNX Runtime session that has run slows the first, and predict.py holds only
-    one: while each ONNX Runtime row runs, its session is the only one alive."""
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
-    import gc
-
-    from seg.benchmark.inference import _paths
-    from seg.inference.onnx import OnnxRuntimeModel
-
-    def live_sessions() -> int:
-        gc.collect()
-        return sum(isinstance(o, OnnxRuntimeModel) for o in gc.get_objects())
-
-    seen = {}
-    for path in _paths("dual_channel", tiny(), tmp_path):
-        seen[path.name] = live_sessions()
-        path.run(1)
-        del path
     assert seen["torch fp32, as trained"] == 0
     for name in ("onnxruntime fp32", "predict.py, onnxruntime", "onnxruntime int8"):
         assert seen[name] == 1, seen

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import math
 import re
@@ -23,20 +22,19 @@ from torch import nn
 from training_utils import (
     REPO,
     calibrate_batchnorm,
+    load_script,
     make_folder_subset,
     subprocess_env,
-    tiny_overrides,
     torchrun,
 )
 
-from seg.checkpoint import load_checkpoint, load_model_from_checkpoint, save_checkpoint
+from seg.checkpoint import load_model_from_checkpoint
 from seg.config import DataConfig, compose_config, compose_eval_config
 from seg.data import SegDataset, list_source, pad_batch
 from seg.data.io import read_image, read_mask_array
 from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.loaders import build_val_loader
-from seg.engine.train import train
 from seg.engine.validation import evaluate
 from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.report import CSV_COLUMNS, SUMMARY_KEYS, image_row, json_safe, write_csv
@@ -49,14 +47,11 @@ WORST = 2
 
 
 @pytest.fixture(scope="module")
-def checkpoint(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """last.pt of a real 2-step run (single-column net, 64x64, vikram pairs)."""
-    root = tmp_path_factory.mktemp("run")
-    data = make_folder_subset(vikram_pairs, root / "data")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("SEG_DATA_DIR", raising=False)
-        train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
-    return root / "run" / "checkpoints" / "last.pt"
+def checkpoint(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """last.pt of a copy of the session's real 2-step run (single-column net, 64x64, vikram
+    pairs): evaluations write into the run folder."""
+    run = shutil.copytree(tiny_run, tmp_path_factory.mktemp("run") / "run")
+    return run / "checkpoints" / "last.pt"
 
 
 def eg_test_ids(shared: Path) -> list[str]:
@@ -87,13 +82,6 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with path.open() as f:
         reader = csv.DictReader(f)
         return list(reader.fieldnames or []), list(reader)
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("evaluate_script", REPO / "scripts/evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def check_outputs(out: Path, n: int, panel_hw: tuple[int, int]) -> tuple[dict, list[dict]]:
@@ -145,7 +133,7 @@ def test_user_folder_equals_real_source_at_full_resolution(
         "num_workers=0",
         "progress=false",
     ]
-    assert load_script().main(args) == 0
+    assert load_script("evaluate").main(args) == 0
     printed = capsys.readouterr().out
     assert re.search(r"pixel accuracy \d+\.\d\d% vs target 88%: (PASS|FAIL)", printed)
     assert re.search(rf"^folder\s+{N_IMAGES}\s", printed, re.MULTILINE)
@@ -397,30 +385,24 @@ def test_a_set_of_bad_pairs_only_is_an_error_not_a_pass(
         "data.on_bad_sample=skip",
         "split=all",
         f"out={out}",
+        "backend=torch",
         "num_workers=0",
         "progress=false",
     ]
-    assert load_script().main(args) == 2
+    assert load_script("evaluate").main(args) == 2
     assert "no image of folder all could be scored: all 2 pairs are bad" in caplog.text
     assert not out.exists()
 
 
 def test_onnxruntime_and_torch_backends_score_alike(
-    checkpoint: Path, vikram_pairs: Path, tmp_path: Path
+    tiny_checkpoint: Path, vikram_pairs: Path, tmp_path: Path
 ) -> None:
     """The same evaluation through both backends (flip and two scales, mixed orientations):
     every metric within 1e-4, the stated tolerance, and the confusion matrices within 1e-4 of
     the pixels (fp32 both; only logits tied within rounding can flip a pixel)."""
-    # BatchNorm statistics of real photos (a 2-step model may predict one class only), saved as
-    # a checkpoint in its own folder (the export is cached beside it).
-    model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
-    transform = build_eval_transform(cfg.aug)
-    photos = [read_image(vikram_pairs / "Training_Images" / n) for n in MIXED]
-    model = calibrate_batchnorm(model, pad_batch([transform(image=p)["image"] for p in photos])[0])
-    ckpt = tmp_path / "ckpt" / "last.pt"
-    ckpt.parent.mkdir()
-    saved = load_checkpoint(checkpoint)
-    save_checkpoint({**saved, "model": model.state_dict()}, ckpt)
+    # The tiny dual-column net with BatchNorm statistics of real photos (a 2-step model may
+    # predict one class only), its export cached beside it.
+    ckpt = tiny_checkpoint
     data = make_folder_subset(vikram_pairs, tmp_path / "data")
     base = [f"checkpoint={ckpt}", "data=folder", f"data.root={data}", "split=all", "worst=0"]
     base += ["num_workers=0", "progress=false", "device=cpu", "tta=[flip]", "scales=[0.75,1.0]"]
@@ -433,7 +415,7 @@ def test_onnxruntime_and_torch_backends_score_alike(
     torch_r, ort_r = results["torch"], results["onnxruntime"]
     assert torch_r["backend"] == "torch" and ort_r["backend"] == "onnxruntime"
     assert torch_r["precision"] == ort_r["precision"] == "fp32"
-    assert len(list(ckpt.parent.glob("last.*.onnx"))) == 1
+    assert len(list(ckpt.parent.glob("best.*.onnx"))) == 1
     confusion = np.asarray(torch_r["confusion"]["all"])
     assert confusion[:, 1].sum() > 0 and confusion[:, 0].sum() > 0  # both classes predicted
     differ = np.abs(confusion - np.asarray(ort_r["confusion"]["all"])).sum() / 2

@@ -3,6 +3,7 @@ restoring to full size that makes it possible, against the one-piece computation
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +13,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from training_utils import REPO, make_folder_subset, subprocess_env, tiny_overrides
+from training_utils import REPO, subprocess_env
 
 from seg.checkpoint import load_model_from_checkpoint
-from seg.config import compose_config
 from seg.data import pixel_batches
 from seg.data.io import read_image
 from seg.data.transforms import eval_content_size
-from seg.engine.train import train
 from seg.evaluation.inference import build_probability_predictor
 from seg.inference.predictor import LogitRestorer
 from seg.inference.render import cutout, overlay
@@ -33,14 +32,10 @@ PREDICT_BYTES_PER_PIXEL = 22
 
 
 @pytest.fixture(scope="module")
-def checkpoint(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """last.pt of a real 2-step run (single-column net, vikram pairs)."""
-    root = tmp_path_factory.mktemp("run")
-    data = make_folder_subset(vikram_pairs, root / "data")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("SEG_DATA_DIR", raising=False)
-        train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
-    return root / "run" / "checkpoints" / "last.pt"
+def checkpoint(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """last.pt of a copy of the session's real 2-step run (single-column net, vikram pairs)."""
+    run = shutil.copytree(tiny_run, tmp_path_factory.mktemp("run") / "run")
+    return run / "checkpoints" / "last.pt"
 
 
 @pytest.fixture(scope="module")

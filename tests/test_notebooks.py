@@ -62,7 +62,7 @@ def eval_dir(runs: dict[str, Path]) -> Path:
     from seg.evaluation.scoring import run_evaluation
 
     ckpt = runs["dual_channel"] / "checkpoints" / "last.pt"
-    overrides = [f"checkpoint={ckpt}", "split=val", "device=cpu", "num_workers=0"]
+    overrides = [f"checkpoint={ckpt}", "split=val", "device=cpu", "num_workers=0", "backend=torch"]
     result = run_evaluation(compose_eval_config([*overrides, "worst=2", "progress=false"]))
     return Path(result["out_dir"])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import MissingMandatoryValue
 from torch import nn
-from training_utils import calibrate_batchnorm, tiny_config
+from training_utils import load_script, tiny_config
 
 from seg.config import (
     AlphaMode,
@@ -23,14 +22,12 @@ from seg.config import (
     PredictConfig,
     compose_predict_config,
 )
-from seg.data.batching import pad_batch
 from seg.data.io import BadSampleError, read_image
-from seg.data.transforms import eval_pad_value
 from seg.fileio import atomic_path
 from seg.inference import build_predictor, run_predict
 from seg.inference.media import VideoWriter, find_inputs
 from seg.inference.render import RenderOptions, parse_colour, render
-from seg.models import SegmentationModel, build_model
+from seg.models import SegmentationModel
 
 REPO = Path(__file__).resolve().parents[1]
 # Different sizes and orientations; 56.jpg is one of vikram's grayscale JPEGs.
@@ -38,17 +35,6 @@ IMAGES = ("Training_Images/1.jpg", "Training_Images/3.jpg")  # of the vikram_pai
 GRAY = "Training_Images/56.jpg"
 ALL_KINDS = [k.value for k in OutputKind]
 EXT = {"mask": ".png", "overlay": ".jpg", "cutout": ".png", "blur": ".jpg", "bg": ".jpg"}
-
-
-def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
-    """A random model whose BatchNorm statistics come from real images: unlike a fresh one (all
-    running variances 1), its logits are large enough for masks with both classes."""
-    torch.manual_seed(0)
-    model = build_model(cfg.model)
-    predictor = build_predictor(model, cfg, device="cpu")
-    tensors = [predictor.transform(image=im)["image"] for im in images]
-    batch, _ = pad_batch(tensors, image_fill=eval_pad_value(cfg.aug))  # portrait and landscape
-    return calibrate_batchnorm(model, batch)
 
 
 @pytest.fixture
@@ -61,10 +47,9 @@ def photos(vikram_pairs: Path, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def setup(photos: Path) -> tuple[nn.Module, Config]:
-    cfg = tiny_config()
-    images = [read_image(p) for p in sorted(photos.iterdir())]
-    return calibrated_model(cfg, images), cfg
+def setup(tiny_model: tuple[nn.Module, Config]) -> tuple[nn.Module, Config]:
+    """The tiny random dual-column net calibrated on the same three photos, and its config."""
+    return tiny_model
 
 
 def predict_cfg(input_: Path, out: Path, **kwargs) -> PredictConfig:
@@ -283,20 +268,8 @@ def test_options_are_checked_by_name():
     assert parse_colour("beach.jpg") is None
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_script_end_to_end_from_a_checkpoint(setup, photos, tmp_path, caplog):
-    from seg.checkpoint import save_checkpoint
-    from seg.config import config_to_dict
-
-    model, cfg = setup
-    ckpt = tmp_path / "last.pt"
-    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+def test_script_end_to_end_from_a_checkpoint(tiny_checkpoint, photos, tmp_path, caplog):
+    ckpt = tiny_checkpoint
     predict = load_script("predict")
     out = tmp_path / "out"
     args = [f"checkpoint={ckpt}", f"input={photos / '3.jpg'}", f"out={out}", "progress=false"]
@@ -310,15 +283,14 @@ def test_script_end_to_end_from_a_checkpoint(setup, photos, tmp_path, caplog):
     assert "nope.pt does not exist" in caplog.text
 
 
-def test_script_on_a_landscape_photo_writes_a_mask_of_its_size(setup, photos, tmp_path):
+def test_script_on_a_landscape_photo_writes_a_mask_of_its_size(
+    setup, tiny_checkpoint, photos, tmp_path
+):
     """A landscape photo goes through the turned canvas (96 x 128 for eval_size [128, 96]) and
-    its mask comes back at the photo's own size, as the predictor makes it."""
-    from seg.checkpoint import save_checkpoint
-    from seg.config import config_to_dict
-
+    its mask comes back at the photo's own size, as the predictor makes it (``tiny_checkpoint``
+    holds ``setup``'s model)."""
     model, cfg = setup
-    ckpt = tmp_path / "last.pt"
-    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
+    ckpt = tiny_checkpoint
     image = read_image(photos / "1.jpg")
     assert image.shape[:2] == (183, 276)
     predictor = build_predictor(model, cfg, device="cpu")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_utils import make_folder_subset, tiny_overrides
+from training_utils import tiny_overrides
 
 from seg.checkpoint import (
     CheckpointError,
@@ -21,14 +21,9 @@ from seg.checkpoint import (
     load_model_from_checkpoint,
 )
 from seg.config import compose_config
+from seg.engine import train as train_mod
 from seg.engine.run_dir import RunDirError
 from seg.engine.train import train
-
-
-@pytest.fixture
-def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
-    return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
 def _train(data_root: Path, run: Path, *extra: str) -> dict:
@@ -61,10 +56,14 @@ def test_a_new_run_into_a_run_folder_is_refused_and_overwrite_replaces_it(
 
 
 def test_a_second_process_cannot_train_into_a_folder_in_use(
-    data_root: Path, tmp_path: Path
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Also when both starts saw no folder and made it (two starts racing): the one that lost
+    the lock never removes the folder of the one that holds it."""
     run = tmp_path / "run"
     run.mkdir()
+    real = train_mod.decide_run_dir
+    monkeypatch.setattr(train_mod, "decide_run_dir", lambda requested: (real(requested)[0], True))
     holder = subprocess.Popen(  # another process holds the run folder, as a running run does
         [
             sys.executable,
@@ -82,6 +81,7 @@ def test_a_second_process_cannot_train_into_a_folder_in_use(
         with pytest.raises(RunDirError, match=rf"in use by PID {holder.pid} on "):
             _train(data_root, run, "trainer.max_steps=1")
         assert not (run / "checkpoints").exists()
+        assert (run / ".lock").is_file(), "the holder's folder was removed"
     finally:
         holder.kill()
         holder.wait()

@@ -112,6 +112,7 @@ def get_json(url: str) -> object | None:
         return None
 
 
+@pytest.mark.slow
 def test_a_real_tensorboard_serves_the_scalars(run: Path, tmp_path: Path) -> None:
     port = free_port()
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(run / "tb")]

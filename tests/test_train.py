@@ -46,12 +46,6 @@ CONFIGS = REPO / "configs"
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "exp").glob("*.yaml"))
 
 
-@pytest.fixture
-def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.delenv("SEG_DATA_DIR", raising=False)  # data.root must be the one used
-    return make_folder_subset(vikram_pairs, tmp_path / "data")
-
-
 # --- The whole path ----------------------------------------------------------------------
 
 
@@ -275,10 +269,23 @@ def test_every_experiment_composes_and_builds_for_training(exp: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "group", ["optim=adamw", "loss=ce_dice", "loss=ohem", "debug=default", "debug=fdr"]
+    ("group", "key", "value"),
+    [
+        ("optim=adamw", "optim.name", "adamw"),
+        ("loss=ce_dice", "loss.dice_weight", 1.0),
+        ("loss=ohem", "loss.ohem", True),
+        ("debug=default", "trainer.max_steps", 4),
+        ("debug=fdr", "trainer.deterministic", True),  # and debug=default's values below it
+    ],
 )
-def test_config_groups_compose(group: str) -> None:
-    assert compose_config(["+exp=dual_channel", group]).trainer.epochs >= 1
+def test_config_groups_compose_over_an_experiment(group: str, key: str, value: object) -> None:
+    cfg = compose_config(["+exp=dual_channel", group])
+    section, name = key.split(".")
+    got = getattr(getattr(cfg, section), name)
+    assert getattr(got, "value", got) == value
+    assert len(cfg.model.columns) == 2  # the experiment's model stays
+    if group == "debug=fdr":
+        assert cfg.trainer.max_steps == 2 and cfg.aug.crop_size == [64, 64]
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,14 @@ a subprocess environment for multi-process runs, and BatchNorm statistics from r
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
 from pathlib import Path
+from types import ModuleType
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -28,6 +31,15 @@ def make_folder_subset(src: Path, dst: Path) -> Path:
             shutil.copy(src / "Training_Images" / f"{i}.jpg", dst / "images" / split)
             shutil.copy(src / "Ground_Truth" / f"{i}.png", dst / "masks" / split)
     return dst
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module (its ``main(argv)`` runs in this process)."""
+    path = REPO / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_config() -> Config:
@@ -97,3 +109,20 @@ def calibrate_batchnorm(model: nn.Module, batch: torch.Tensor) -> nn.Module:
             m.momentum = None  # cumulative average over the calibration batch
     model(batch)
     return model.eval()
+
+
+def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
+    """A random ``cfg.model`` (seed 0) whose BatchNorm statistics come from ``images`` through
+    the eval preset, padded into one batch: unlike a fresh model, its logits have a real scale
+    and its masks hold both classes."""
+    from seg.data.batching import pad_batch
+    from seg.data.transforms import build_eval_transform, eval_pad_value
+    from seg.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    transform = build_eval_transform(cfg.aug)
+    batch, _ = pad_batch(
+        [transform(image=im)["image"] for im in images], image_fill=eval_pad_value(cfg.aug)
+    )
+    return calibrate_batchnorm(model, batch)
