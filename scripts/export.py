@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 from seg.checkpoint import load_model_from_checkpoint
 from seg.cli import run_script
 from seg.config import ExportConfig, compose_options
-from seg.export import ExportMismatchError, run_export
+from seg.export import ExportMismatchError, check_out, run_export
 
 log = logging.getLogger("export")
 
@@ -34,6 +35,7 @@ def main(argv: list[str]) -> int:
 
 def _export(argv: list[str]) -> int:
     cfg = compose_options(ExportConfig, "export_config", argv)
+    check_out(Path(cfg.out), Path(cfg.checkpoint))  # before anything is loaded or written
     model, train_cfg = load_model_from_checkpoint(cfg.checkpoint, device="cpu")
     try:
         result = run_export(cfg, model, train_cfg)

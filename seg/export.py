@@ -17,7 +17,7 @@ from torch import nn
 from seg.config import Config, ExportConfig
 from seg.data.io import read_image
 from seg.data.transforms import check_aug_config
-from seg.errors import DataError
+from seg.errors import ConfigError, DataError
 from seg.inference.onnx import (
     AXES,
     INPUT_NAME,
@@ -40,6 +40,7 @@ __all__ = [
     "ExportCheck",
     "ExportMismatchError",
     "LogitsOnly",
+    "check_out",
     "compare_with_onnx",
     "cpu_copy",
     "export_onnx",
@@ -49,6 +50,15 @@ __all__ = [
     "read_images",
     "run_export",
 ]
+
+
+def check_out(out: Path, checkpoint: Path) -> None:
+    """Refuse an ``out`` that could overwrite a checkpoint: it must name an ``.onnx`` file,
+    and not the checkpoint itself under another spelling (a link, ``..``, a relative path)."""
+    if out.suffix.lower() != ".onnx":
+        raise ConfigError(f"out={str(out)!r}: expected the name of an .onnx file")
+    if out.exists() and checkpoint.exists() and out.resolve() == checkpoint.resolve():
+        raise ConfigError(f"out={str(out)!r} is the checkpoint {checkpoint}: choose another file")
 
 
 def read_images(paths: Sequence[Path]) -> list[np.ndarray]:
@@ -79,6 +89,7 @@ def run_export(cfg: ExportConfig, model: nn.Module, train_cfg: Config) -> dict[s
     """
     eval_size = check_aug_config(train_cfg.aug).eval_size
     final = Path(cfg.out)
+    check_out(final, Path(cfg.checkpoint))
     path = final.with_name(f"{final.stem}.unverified{final.suffix}")
     export_onnx(model, path, eval_size, cfg.opset, model_metadata(model, train_cfg))
     result: dict[str, Any] = {"path": str(final)}

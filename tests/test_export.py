@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
-from training_utils import calibrate_batchnorm
+from training_utils import calibrated_model, load_script
 
-from seg.config import Config, compose_config
-from seg.data.batching import pad_batch
+from seg.config import compose_config
 from seg.data.io import read_image
-from seg.data.transforms import build_eval_transform, eval_pad_value
-from seg.models import build_model
 
 pytest.importorskip("onnxruntime", reason="export checks need onnxruntime")
 pytest.importorskip("onnxscript", reason="torch's dynamo ONNX exporter needs onnxscript")
@@ -45,48 +40,19 @@ BATCH_SIZES = [1, 3]
 TOLERANCE, MIN_AGREEMENT = 1e-3, 0.999  # fp32 on CPU
 
 
-def calibrated_model(cfg: Config, images: list[np.ndarray]) -> nn.Module:
-    """A random model whose BatchNorm statistics come from real images, so that its logits
-    have a real scale and its masks hold both classes (a fresh one predicts one class)."""
-    torch.manual_seed(0)
-    model = build_model(cfg.model)
-    transform = build_eval_transform(cfg.aug)
-    tensors = [transform(image=im)["image"] for im in images]
-    batch, _ = pad_batch(tensors, image_fill=eval_pad_value(cfg.aug))  # portrait and landscape
-    return calibrate_batchnorm(model, batch)
-
-
 @pytest.fixture
 def photos(vikram_pairs: Path) -> list[np.ndarray]:
     return [read_image(vikram_pairs / rel) for rel in PHOTOS]
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_export_script_dual_channel_matches_pytorch_on_real_images(
-    vikram_pairs, photos, tmp_path, capsys
+    exported_tiny, tiny_model, photos, capsys
 ):
+    """``exported_tiny`` is scripts/export.py's export of a dual-column net (BatchNorm
+    statistics from real photos), checked on the real photos of ``PHOTOS``: its report."""
     import onnx
 
-    from seg.checkpoint import save_checkpoint
-    from seg.config import config_to_dict
-
-    cfg = compose_config(["model=dual_channel"])
-    model = calibrated_model(cfg, photos)
-    ckpt, out, folder = tmp_path / "best.pt", tmp_path / "onnx" / "model.onnx", tmp_path / "img"
-    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, ckpt)
-    folder.mkdir()
-    for rel in PHOTOS:
-        shutil.copy(vikram_pairs / rel, folder)
-    args = [f"checkpoint={ckpt}", f"out={out}", f"images={folder}"]
-    args += [f"sizes={SIZES}".replace(" ", ""), f"batch_sizes={BATCH_SIZES}".replace(" ", "")]
-    assert load_script("export").main(args) == 0
-    result = json.loads(capsys.readouterr().out)
+    result = json.loads((exported_tiny.parents[1] / "export_report.json").read_text())
     with capsys.disabled():
         print(f"\ndual_channel ONNX vs PyTorch: {result['cases']}")
     # Files in name order: 1 (landscape: a 192 x 256 canvas) alone; then 22, 3 and 56
@@ -96,16 +62,18 @@ def test_export_script_dual_channel_matches_pytorch_on_real_images(
     assert result["mask_agreement"] >= MIN_AGREEMENT
 
     # Agreement means something only if the masks hold both classes.
+    model, cfg = tiny_model
     batch = image_batches(photos, cfg.aug, SIZES[1:], BATCH_SIZES[1:])[0]
     with torch.no_grad():
         person = (model(batch)["out"].argmax(1) == 1).float().mean().item()
     assert 0.05 < person < 0.95
 
+    (out,) = exported_tiny.parent.glob("*.onnx")
     graph = onnx.load(str(out))
     dims = [d.dim_param or d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["batch", 3, "height", "width"]
     meta = {p.key: p.value for p in graph.metadata_props}
-    assert meta["seg.size_divisor"] == "64" and meta["seg.eval_size"] == "256,192"
+    assert meta["seg.size_divisor"] == "64" and meta["seg.eval_size"] == "128,96"
     assert meta["seg.mean"] == "0.485,0.456,0.406"
     assert not list(out.parent.glob(".*")), "temporary file left behind"
 
@@ -119,11 +87,12 @@ class TinyNet(nn.Module):
         return {"out": self.conv(x), "aux": []}
 
 
-def test_a_failed_check_never_takes_the_final_name(photos, tmp_path):
+def test_a_failed_check_never_takes_the_final_name(tmp_path):
     """An export that misses the figures stays under its unverified name; the file already at
     out= (a good earlier export) is untouched. One that passes replaces it."""
-    cfg = compose_config(["model=single_column"])
-    model = calibrated_model(cfg, photos)
+    cfg = compose_config(["model=single_column"])  # its eval preset; the net is one convolution
+    torch.manual_seed(0)
+    model = TinyNet().eval()
     out = tmp_path / "model.onnx"
     out.write_bytes(b"an earlier, verified export")
     strict = ExportConfig(checkpoint="unused", out=str(out), min_agreement=1.01)  # cannot pass
@@ -187,3 +156,28 @@ def test_export_script_names_a_bad_checkpoint(tmp_path, caplog):
     assert export.main([f"out={tmp_path / 'm.onnx'}"]) == 2  # checkpoint is required
     assert "checkpoint" in caplog.text
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_export_script_never_overwrites_a_checkpoint(tiny_checkpoint, tmp_path, caplog):
+    """out= naming the checkpoint (by any spelling) or any .pt is refused before anything is
+    loaded or written; the checkpoint keeps its bytes."""
+    before = tiny_checkpoint.read_bytes()
+    (tmp_path / "link").symlink_to(tiny_checkpoint.parent)
+    export = load_script("export")
+    spellings = [
+        tiny_checkpoint,
+        tiny_checkpoint.parent / ".." / "checkpoints" / "best.pt",
+        tmp_path / "link" / "best.pt",
+        tiny_checkpoint.parent / "last.pt",  # another checkpoint of the run
+    ]
+    for out in spellings:
+        caplog.clear()
+        assert export.main([f"checkpoint={tiny_checkpoint}", f"out={out}"]) == 2
+        assert "expected the name of an .onnx file" in caplog.text, out
+    assert (
+        tiny_checkpoint.read_bytes() == before and not (tiny_checkpoint.parent / "last.pt").exists()
+    )
+    renamed = tmp_path / "weights.onnx"
+    renamed.write_bytes(before)  # a checkpoint under an .onnx name: still the checkpoint
+    assert export.main([f"checkpoint={renamed}", f"out={renamed}"]) == 2
+    assert "is the checkpoint" in caplog.text and renamed.read_bytes() == before

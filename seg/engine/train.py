@@ -81,16 +81,19 @@ def _fit(cfg: Config, devices: list[torch.device]) -> dict[str, Any]:
     run_dir, created = decide_run_dir(cfg.trainer.run_dir)
     if du.is_main_process():
         remember_run_dir(run_dir)
-    try:
-        with lock_run_dir(run_dir):  # one run at a time in a folder
+    with lock_run_dir(run_dir):  # one run at a time in a folder
+        try:
             ckpt_path = find_resume_checkpoint(cfg.trainer.resume, run_dir)
             claim_run_dir(run_dir, ckpt_path is not None, cfg.trainer.overwrite)  # never mix
             with _log_to(run_dir / "train.log" if du.is_main_process() else None):
                 return _run(cfg, run_dir, ckpt_path, devices)
-    except BaseException:
-        if created:  # a run that failed before writing anything leaves no empty folder
-            remove_if_unused(run_dir)
-        raise
+        except BaseException:
+            # A run that failed before writing anything leaves no empty folder; only while it
+            # holds the lock: a start that lost the race for a new folder never removes the
+            # folder of the run that won it.
+            if created:
+                remove_if_unused(run_dir)
+            raise
 
 
 @contextlib.contextmanager
