@@ -28,6 +28,35 @@ def test_read_image_is_rgb_and_grayscale_becomes_rgb(tmp_path: Path) -> None:
     assert gray.shape == (4, 5, 3) and (gray == 77).all()
 
 
+def _sideways_jpeg(path: Path, photo: np.ndarray, orientation: int) -> None:
+    """``photo`` (RGB) stored as is, with an EXIF Orientation tag (6: shown turned 90 degrees
+    clockwise, as a phone held upright stores it)."""
+    from PIL import Image
+
+    image = Image.fromarray(photo)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    image.save(path, exif=exif.tobytes(), quality=95)
+
+
+def test_photos_are_read_with_their_exif_orientation(vikram_pairs: Path, tmp_path: Path) -> None:
+    """As PIL's exif_transpose shows them; a mask on the stored grid is named as such."""
+    from PIL import Image, ImageOps
+
+    photo = read_image(vikram_pairs / "Training_Images" / "1.jpg")  # landscape, no tag
+    h, w = photo.shape[:2]
+    for orientation in (3, 6, 8):
+        path = tmp_path / f"o{orientation}.jpg"
+        _sideways_jpeg(path, photo, orientation)
+        got = read_image(path)
+        with Image.open(path) as im:
+            shown = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+        np.testing.assert_array_equal(got, shown)
+        assert got.shape[:2] == ((h, w) if orientation == 3 else (w, h)), orientation
+    with pytest.raises(BadSampleError, match=r"turned by 90 degrees: masks follow the photo as"):
+        fit_mask_to_image(np.zeros((h, w), np.uint8), (w, h), P, 0.01)
+
+
 def test_corrupt_truncated_and_missing_images_name_the_file(
     shared_datasets: Path, tmp_path: Path
 ) -> None:

@@ -315,3 +315,31 @@ def test_devices_are_chosen_automatically_or_per_column():
     assert resolve_devices(["cpu"], 2, key="column_devices") == [cpu, cpu]
     with pytest.raises(ValueError, match="column_devices has 3 entries"):
         resolve_devices(["cpu"] * 3, 2, key="column_devices")  # one for all, or one per column
+
+
+def test_a_photo_stored_sideways_gets_a_mask_as_it_is_shown(setup, photos, tmp_path):
+    """A JPEG stored 320 x 240 whose EXIF says "turned 90 degrees" is shown 240 x 320: its
+    mask, overlay and cutout are written at that size, aligned with the photo as shown."""
+    from PIL import Image, ImageOps
+
+    model, cfg = setup
+    stored = cv2.resize(read_image(photos / "1.jpg"), (320, 240))
+    image = Image.fromarray(stored)
+    exif = image.getexif()
+    exif[0x0112] = 6
+    folder = tmp_path / "phone"
+    folder.mkdir()
+    image.save(folder / "phone.jpg", exif=exif.tobytes(), quality=95)
+    out = tmp_path / "out"
+    kinds = [OutputKind.mask, OutputKind.cutout]
+    run_predict(predict_cfg(folder, out, outputs=kinds), model, cfg)
+    with Image.open(folder / "phone.jpg") as im:
+        shown = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+    assert shown.shape[:2] == (320, 240)
+    mask = cv2.imread(str(out / "phone_mask.png"), cv2.IMREAD_UNCHANGED)
+    assert mask.shape == (320, 240)
+    np.testing.assert_array_equal(mask, build_predictor(model, cfg, "cpu")([shown])[0].mask * 255)
+    cut = cv2.cvtColor(
+        cv2.imread(str(out / "phone_cutout.png"), cv2.IMREAD_UNCHANGED), cv2.COLOR_BGRA2RGBA
+    )
+    np.testing.assert_array_equal(cut[..., :3], shown)

@@ -40,13 +40,16 @@ class BadSampleError(DataError):
 def read_image(path: Path, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
     """Decode an image file into uint8 (H, W, 3) RGB; grayscale and RGBA become RGB.
 
-    EXIF orientation is ignored on purpose: the masks are drawn on the stored pixel grid. An
-    image of more than ``max_pixels`` (its header says) raises ``BadSampleError`` naming the
-    file and its size, without being decoded.
+    The photo as every viewer shows it: its EXIF orientation applied (OpenCV's default, the
+    same pixels as PIL's ``ImageOps.exif_transpose``; Ultralytics and torchvision's readers do
+    the same), so a phone photo stored sideways is predicted, masked and scored upright. Masks
+    are label grids and are read as stored (``read_mask_array``): they are expected on the
+    photo as displayed (data/README.md). An image of more than ``max_pixels`` (its header says)
+    raises ``BadSampleError`` naming the file and its size, without being decoded.
     """
     data = _read_bytes(path)
     _check_pixels(data, path, max_pixels)
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if image is None:
         raise BadSampleError(path, "corrupt or unreadable image (the decoder could not read it)")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=image)  # in place: one copy of a big photo
@@ -173,10 +176,17 @@ def fit_mask_to_image(
     aspect_gap = abs((mw / mh) / (iw / ih) - 1.0)
     if mh <= ih and mw <= iw and aspect_gap <= tolerance:
         return cv2.resize(mask, (iw, ih), interpolation=cv2.INTER_NEAREST)
+    hint = ""
+    if (mh, mw) == (iw, ih):
+        hint = (
+            "; the mask is the photo's size turned by 90 degrees: masks follow the photo as "
+            "displayed (its EXIF orientation applied), not its stored pixel grid"
+        )
     raise BadSampleError(
         path,
         f"mask size {mw}x{mh} does not match image size {iw}x{ih} (W x H); a smaller mask is "
-        f"resized only when the aspect ratios agree within {tolerance:.0%} (here {aspect_gap:.1%})",
+        f"resized only when the aspect ratios agree within {tolerance:.0%} (here {aspect_gap:.1%})"
+        + hint,
     )
 
 
