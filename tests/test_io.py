@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -69,6 +70,49 @@ def test_corrupt_truncated_and_missing_images_name_the_file(
         with pytest.raises(BadSampleError, match=words) as info:
             read_image(tmp_path / name)
         assert name in str(info.value)
+
+
+def _radiance_hdr(w: int, h: int) -> bytes:
+    """A real Radiance HDR image of w x h pixels, one colour run-length encoded: ~64 bytes a
+    row for any width, decoded by OpenCV, whose header PIL cannot read."""
+    runs = [127] * (w // 127) + ([w % 127] if w % 127 else [])
+    row = bytes([2, 2, w >> 8, w & 255])
+    for value in (128, 64, 32, 129):  # R, G, B and the shared exponent
+        row += b"".join(bytes([128 + n, value]) for n in runs)
+    return f"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y {h} +X {w}\n".encode() + row * h
+
+
+def test_a_format_pil_cannot_read_is_held_to_the_same_pixel_limit(tmp_path: Path) -> None:
+    """A 14000 x 14000 HDR named .png (PIL cannot read its header; OpenCV decodes it to 2 GB of
+    floats) is refused from OpenCV's header, in a fresh process as a user's; a small one
+    decodes, and is held to a caller's smaller limit after decoding."""
+    import subprocess
+    import sys
+
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(_radiance_hdr(14000, 14000))
+    code = (
+        "import resource, sys\n"
+        "from seg.data.io import BadSampleError, read_image\n"
+        "try:\n"
+        "    read_image(sys.argv[1])\n"
+        "except BadSampleError as err:\n"
+        "    print(err)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENCV_IO_MAX_IMAGE_PIXELS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(bomb)], capture_output=True, text=True, env=env
+    )
+    message, peak_mb = done.stdout.strip().splitlines()
+    assert "bomb.png: its header claims more pixels than the decode limit" in message, done
+    assert int(peak_mb) < 1000, f"{peak_mb} MB: the image was decoded"
+
+    small = tmp_path / "small.png"
+    small.write_bytes(_radiance_hdr(64, 48))
+    assert read_image(small).shape == (48, 64, 3)
+    with pytest.raises(BadSampleError, match=r"small\.png: 64 x 48 pixels .* exceed"):
+        read_image(small, max_pixels=1000)
 
 
 def _png_header(w: int, h: int) -> bytes:

@@ -8,6 +8,7 @@ file and the problem.
 from __future__ import annotations
 
 import io
+import os
 import warnings
 from pathlib import Path
 
@@ -49,10 +50,35 @@ def read_image(path: Path, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
     """
     data = _read_bytes(path)
     _check_pixels(data, path, max_pixels)
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    image = _decode(data, cv2.IMREAD_COLOR, path, max_pixels)
     if image is None:
         raise BadSampleError(path, "corrupt or unreadable image (the decoder could not read it)")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=image)  # in place: one copy of a big photo
+
+
+def _decode(data: np.ndarray, flags: int, path: Path, max_pixels: int) -> np.ndarray | None:
+    """``cv2.imdecode`` under the pixel limit on every path: where PIL could not read the
+    header, OpenCV refuses from its own header (``OPENCV_IO_MAX_IMAGE_PIXELS``, set by
+    ``seg/__init__.py``), and a decoded image beyond ``max_pixels`` is refused too."""
+    try:
+        array = cv2.imdecode(data, flags)
+    except cv2.error as err:
+        if "MAX_IMAGE_PIXELS" in str(err):
+            limit = os.environ.get("OPENCV_IO_MAX_IMAGE_PIXELS", "?")
+            raise BadSampleError(
+                path,
+                f"its header claims more pixels than the decode limit ({limit} pixels, "
+                "OPENCV_IO_MAX_IMAGE_PIXELS): downscale it first",
+            ) from None
+        raise BadSampleError(path, f"corrupt or unreadable image ({err})") from None
+    if array is not None and array.shape[0] * array.shape[1] > max_pixels:
+        h, w = array.shape[:2]
+        raise BadSampleError(
+            path,
+            f"{w} x {h} pixels ({w * h / 1e6:.0f} MP) exceed the decode limit of "
+            f"{max_pixels / 1e6:.0f} MP (seg.data.io.MAX_IMAGE_PIXELS): downscale it first",
+        )
+    return array
 
 
 def _check_pixels(data: np.ndarray, path: Path, max_pixels: int) -> None:
@@ -115,7 +141,7 @@ def read_mask_array(path: Path, mat_key: str | None = None) -> np.ndarray:
     else:
         data = _read_bytes(path)
         _check_pixels(data, path, MAX_IMAGE_PIXELS)
-        array = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+        array = _decode(data, cv2.IMREAD_UNCHANGED, path, MAX_IMAGE_PIXELS)
         if array is None:
             raise BadSampleError(path, "corrupt or unreadable mask image")
         if array.ndim == 3:
