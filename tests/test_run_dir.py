@@ -189,3 +189,23 @@ def test_a_run_folder_names_its_best_checkpoint(data_root: Path, tmp_path: Path)
     (run / "checkpoints" / "best.pt").unlink()
     with pytest.raises(CheckpointError, match=r"directory without checkpoints/best\.pt .*last\.pt"):
         load_model_from_checkpoint(run)
+
+
+def test_resume_auto_starts_afresh_after_a_run_stopped_before_its_first_checkpoint(
+    data_root: Path, tmp_path: Path
+) -> None:
+    """A run killed before its first checkpoint leaves only its logs and splits: resume=auto
+    (what docs/training.md promises) starts a new run there, replacing them; a folder with a
+    checkpoint is still resumed, never replaced."""
+    import shutil
+
+    run = tmp_path / "run"
+    _train(data_root, run, "trainer.max_steps=1")
+    shutil.rmtree(run / "checkpoints")  # as if killed before its first checkpoint
+    (run / "metrics.jsonl").write_text('{"step": 7, "train/loss": 1.0}\n')
+    result = _train(data_root, run, "trainer.max_steps=2", "trainer.resume=auto")
+    assert result["step"] == 2 and load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 2
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert 7 not in steps and steps[0] == 1  # the stopped run's log is replaced, not continued
+    result = _train(data_root, run, "trainer.max_steps=3", "trainer.resume=auto")
+    assert result["step"] == 3  # resumed from step 2

@@ -117,14 +117,22 @@ def lock_run_dir(run_dir: Path) -> Iterator[None]:
         yield
 
 
-def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool) -> None:
+def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool, auto: bool = False) -> None:
     """Refuse to start a new run in a folder that holds one, unless it is resumed or
     ``overwrite`` (then the previous run's files are removed, and only those). A restarted job
-    (torchrun ``--max-restarts``) owns its folder."""
+    (torchrun ``--max-restarts``) owns its folder. ``auto`` (``trainer.resume=auto``) that
+    found no checkpoint starts afresh in a folder of a run stopped before its first checkpoint
+    (its logs and splits are replaced); a folder with checkpoints never gets here."""
     error = None
     found = run_files(run_dir) if du.is_main_process() and not resuming else []
-    if found and (overwrite or du.restart_count() > 0):
-        why = "trainer.overwrite=true" if overwrite else f"restart {du.restart_count()}"
+    fresh = auto and "checkpoints" not in found
+    if found and (overwrite or fresh or du.restart_count() > 0):
+        if overwrite:
+            why = "trainer.overwrite=true"
+        elif fresh:
+            why = "trainer.resume=auto found no checkpoint (a run stopped before its first one)"
+        else:
+            why = f"restart {du.restart_count()}"
         log.warning("%s: removing %s from %s", why, ", ".join(found), run_dir)
         for name in found:
             path = run_dir / name

@@ -84,7 +84,8 @@ def _fit(cfg: Config, devices: list[torch.device]) -> dict[str, Any]:
     with lock_run_dir(run_dir):  # one run at a time in a folder
         try:
             ckpt_path = find_resume_checkpoint(cfg.trainer.resume, run_dir)
-            claim_run_dir(run_dir, ckpt_path is not None, cfg.trainer.overwrite)  # never mix
+            resuming, auto = ckpt_path is not None, cfg.trainer.resume == "auto"
+            claim_run_dir(run_dir, resuming, cfg.trainer.overwrite, auto)  # never mix runs
             with _log_to(run_dir / "train.log" if du.is_main_process() else None):
                 return _run(cfg, run_dir, ckpt_path, devices)
         except BaseException:
