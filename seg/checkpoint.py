@@ -67,12 +67,23 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch's unpicklers raise many kinds on damaged bytes
         raise CheckpointError(
-            f"cannot read checkpoint {path} ({type(err).__name__}: {err}); the file is damaged, "
-            "truncated or not a checkpoint of this project"
+            f"cannot read checkpoint {path} ({_reason(err)}); the file is damaged, truncated "
+            "or not a checkpoint of this project"
         ) from err
     if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
         raise CheckpointError(f"{path} is not a checkpoint of this project (no model/config)")
     return upgrade_checkpoint(ckpt)
+
+
+def _reason(err: Exception) -> str:
+    """torch.load's error in a few words: its "Weights only load failed" text is a page of
+    advice on unpickling code, which a checkpoint of this project never needs."""
+    text = str(err)
+    if "Weights only load failed" in text:
+        return "it holds objects other than tensors and plain data, refused unread"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = first if len(first) <= 160 else first[:157] + "..."
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 # Training-state keys added later, with the value a checkpoint written before them stands for.

@@ -20,6 +20,7 @@ from seg.config import (
     DataConfig,
     DatasetName,
     EvalConfig,
+    ExportConfig,
     MaskEncoding,
     OptimConfig,
     PredictConfig,
@@ -130,6 +131,8 @@ def test_an_unknown_key_in_a_stored_config_is_an_error_naming_it() -> None:
         (lambda: DataConfig(val_fraction=1.5), "data.val_fraction"),
         (lambda: DataConfig(val_fraction=0.5, test_fraction=0.5), "data.val_fraction"),
         (lambda: DataConfig(negatives_p=1.0), "data.negatives_p"),
+        (lambda: ExportConfig(checkpoint="x.pt", tolerance=-1), "tolerance"),
+        (lambda: ExportConfig(checkpoint="x.pt", min_agreement=2), "min_agreement"),
     ],
 )
 def test_every_schema_checks_its_ranges_when_made(make, key: str) -> None:

@@ -336,9 +336,21 @@ def test_shipped_manifests_describe_the_shared_copy(shared_datasets):
     digests["Ground_Truth/none.png"] = digests["README.md"]
     problems = manifest_problems(shared_datasets / NAME, digests)
     found = sha256_file(shared_datasets / NAME / "Ground_Truth" / "1.png")
-    assert problems == [
+    assert problems[:2] == [
         f"Ground_Truth/1.png: expected sha256 {'0' * 64}, found {found}",
         "Ground_Truth/none.png is missing",
+    ]
+    # This small manifest names a few pairs: the folder's other pairs are named (5), then counted.
+    folder = shared_datasets / NAME
+    others = sorted(
+        p.relative_to(folder).as_posix()
+        for sub in ("Ground_Truth", "Training_Images")
+        for p in (folder / sub).iterdir()
+        if p.relative_to(folder).as_posix() not in digests
+    )
+    assert problems[2:] == [
+        *(f"{rel} is not in the manifest" for rel in others[:5]),
+        f"... and {len(others) - 5} more like it",
     ]
 
 
@@ -350,8 +362,12 @@ def test_check_data_verify_reports_a_changed_file(shared_datasets, tmp_path):
     ok = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "all 581 files match" in ok.stdout, ok.stderr
     (copy / "Training_Images" / "7.jpg").write_bytes(b"")
+    shutil.copy(copy / "Training_Images" / "8.jpg", copy / "Training_Images" / "extra.jpg")
+    shutil.copy(copy / "Ground_Truth" / "8.png", copy / "Ground_Truth" / "extra.png")
     bad = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "Training_Images/7.jpg: expected sha256" in bad.stdout
+    assert "Training_Images/extra.jpg is not in the manifest" in bad.stdout  # an added pair
+    assert "Ground_Truth/extra.png is not in the manifest" in bad.stdout
 
 
 def test_existing_folder_is_untouched_when_a_download_fails(server, vikram, tmp_path):

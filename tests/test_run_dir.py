@@ -129,6 +129,9 @@ def test_resume_refuses_another_optimiser_or_model_before_loading_any_state(
             "trainer.resume=auto",
             "model.decoder_channels=16",
         )
+    with pytest.raises(CheckpointError, match=r"setting\(s\) differ: .* more model keys\)") as info:
+        _train(data_root, run, "trainer.max_steps=2", "trainer.resume=auto", "model=dual_channel")
+    assert len(str(info.value)) < 600, str(info.value)  # another model: a few keys named
     assert _snapshot(run) == before
     with caplog.at_level("WARNING", logger="seg.engine.checkpointer"):
         result = _train(

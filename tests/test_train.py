@@ -444,8 +444,9 @@ def test_damaged_checkpoint_names_the_file(data_root: Path, tmp_path: Path) -> N
     last = run / "checkpoints" / "last.pt"
     broken = tmp_path / "broken.pt"
     broken.write_bytes(last.read_bytes()[:1000])
-    with pytest.raises(CheckpointError, match=r"broken\.pt"):
+    with pytest.raises(CheckpointError, match=r"broken\.pt") as info:
         load_model_from_checkpoint(broken)
+    assert len(str(info.value)) < 400, str(info.value)  # one line a user reads
     with pytest.raises(CheckpointError, match=r"trainer\.resume=.*missing\.pt"):
         train(
             compose_dict(
@@ -467,9 +468,10 @@ class _RunsCode:
 def test_a_malicious_checkpoint_is_refused_without_running_its_code(tmp_path: Path) -> None:
     marker, evil = tmp_path / "ran", tmp_path / "evil.pt"
     torch.save({"model": {}, "config": {}, "payload": _RunsCode(marker)}, evil)
-    with pytest.raises(CheckpointError, match=r"evil\.pt"):
+    with pytest.raises(CheckpointError, match=r"evil\.pt") as info:
         load_model_from_checkpoint(evil)
     assert not marker.exists()
+    assert "objects other than tensors" in str(info.value) and len(str(info.value)) < 300
 
 
 def test_bad_pairs_are_dropped_from_validation_and_counted(data_root: Path, tmp_path: Path) -> None:

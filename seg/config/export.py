@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from seg.config.training import _check
+
 
 @dataclass
 class ExportConfig:
@@ -24,3 +26,18 @@ class ExportConfig:
     batch_sizes: list[int] = field(default_factory=lambda: [1, 3])
     tolerance: float = 1e-3  # largest acceptable |logit difference| (fp32)
     min_agreement: float = 0.999  # smallest acceptable fraction of agreeing mask pixels
+
+    def __post_init__(self) -> None:
+        _check(self.max_images >= 1, "max_images", self.max_images, "an integer >= 1")
+        _check(self.tolerance >= 0, "tolerance", self.tolerance, "a number >= 0")
+        _check(
+            0 <= self.min_agreement <= 1, "min_agreement", self.min_agreement, "a share in [0, 1]"
+        )
+        _check(
+            bool(self.batch_sizes) and all(b >= 1 for b in self.batch_sizes),
+            "batch_sizes",
+            self.batch_sizes,
+            "a list of integers >= 1",
+        )
+        for size in self.sizes or []:
+            _check(len(size) == 2 and min(size) >= 1, "sizes", self.sizes, "(H, W) pairs >= 1")

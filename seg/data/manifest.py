@@ -58,9 +58,18 @@ def manifest_problems(folder: Path, digests: Mapping[str, str], listed: int = 5)
     """What in ``folder`` differs from ``digests`` (empty: every file is there, byte for byte).
 
     Each problem names the file, and for a changed one the expected and the actual digest; at
-    most ``listed`` of each kind, then a count of the rest.
+    most ``listed`` of each kind, then a count of the rest. A file in a subfolder that the
+    manifest does not name (an added pair would be trained on) is one too; the files at the
+    top (READMEs, a curator's lists) and hidden ones (``.seg_download.json``) are not data.
     """
     missing, changed = [], []
+    unlisted = []
+    for path in sorted(folder.rglob("*")):
+        parts = path.relative_to(folder).parts
+        rel = "/".join(parts)
+        data = len(parts) > 1 and not any(part.startswith(".") for part in parts)
+        if data and rel not in digests and path.is_file():
+            unlisted.append(f"{rel} is not in the manifest")
     for rel, expected in sorted(digests.items()):
         path = folder / rel
         if not path.is_file():
@@ -70,7 +79,7 @@ def manifest_problems(folder: Path, digests: Mapping[str, str], listed: int = 5)
         if actual != expected:
             changed.append(f"{rel}: expected sha256 {expected}, found {actual}")
     problems = []
-    for kind in (changed, missing):
+    for kind in (changed, missing, unlisted):
         problems += kind[:listed]
         if len(kind) > listed:
             problems.append(f"... and {len(kind) - listed} more like it")

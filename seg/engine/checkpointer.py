@@ -178,10 +178,11 @@ def check_resume_config(ckpt: dict[str, Any], cfg: Config, path: Path) -> None:
         and not k.endswith(".weights")
     ]
     if fixed:
-        said = "; ".join(f"{k}={saved.get(k)}, this run uses {current.get(k)}" for k in fixed)
+        said = "; ".join(f"{k}={saved.get(k)}, this run uses {current.get(k)}" for k in fixed[:3])
+        more = f" (and {len(fixed) - 3} more model keys)" if len(fixed) > 3 else ""
         raise CheckpointError(
-            f"cannot resume {path}: checkpoint used {said}. Resume with the checkpoint's "
-            "settings, or start a new run"
+            f"cannot resume {path}: {len(fixed)} setting(s) differ: checkpoint used {said}{more}. "
+            "Resume with the checkpoint's settings, or start a new run"
         )
     soft = [k for k in changed if k not in fixed]
     if soft:
