@@ -248,6 +248,32 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
     assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
 
 
+def test_non_finite_weights_stop_and_keep_the_last_good_checkpoint(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An optimiser step that leaves a weight infinite (as an optim.lr far too large does, the
+    loss of that step still finite): the run stops before validating or saving it, keeping
+    the checkpoint of the step before."""
+    step = torch.optim.SGD.step
+    calls = {"n": 0}
+
+    def overflowing(self, *args, **kwargs):  # the 2nd optimiser step overflows one weight
+        out = step(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.SGD, "step", overflowing)
+    run = tmp_path / "run"
+    cfg = [*tiny_overrides(data_root, run), "trainer.ckpt_every_steps=1", "trainer.max_steps=3"]
+    with pytest.raises(NonFiniteLossError, match=r"not finite after step 2 .*last checkpoint"):
+        train(compose_dict("train", [*cfg, "optim=sgd"]))
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 1
+    assert not (run / "checkpoints" / "step_00000002.pt").exists()
+
+
 # --- Configs -----------------------------------------------------------------------------
 
 

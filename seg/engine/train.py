@@ -35,7 +35,7 @@ from seg.engine.checkpointer import (
     find_resume_checkpoint,
 )
 from seg.engine.launch import launch, needs_launch, remember_run_dir
-from seg.engine.logger import LossMeter, MetricLogger
+from seg.engine.logger import LossMeter, MetricLogger, NonFiniteLossError
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
 from seg.engine.run_dir import (
     claim_run_dir,
@@ -170,6 +170,7 @@ def _run(
         if epoch_end:
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         due = epoch_end and t.eval_every > 0 and state.epoch % t.eval_every == 0
+        check_finite_weights(p.model_without_ddp, state.step)  # before validating them
         is_best = validate(p, state, cfg, writer) if due or state.step >= p.total_steps else False
         checkpoint_run(p, state, cfg, ckpts, is_best)
         if t.stop_at_target and state.target is not None:
@@ -327,12 +328,30 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     return is_best
 
 
+def check_finite_weights(model: torch.nn.Module, step: int) -> None:
+    """Raise :class:`NonFiniteLossError` if a weight is NaN or infinite after ``step`` (an
+    ``optim.lr`` far too large can do that while the loss that step was still finite): the
+    run stops keeping its last good checkpoint. One host sync, at checkpoint time only."""
+    params = list(model.parameters())
+    if not params or bool(torch.stack([torch.isfinite(t).all().cpu() for t in params]).all()):
+        return
+    names = [n for n, t in model.named_parameters() if not torch.isfinite(t).all()]
+    msg = (
+        f"{len(names)} weight tensor(s) are not finite after step {step} (first: {names[0]}); "
+        "training stops here and the last checkpoint (written before this step) is kept. "
+        "Lower optim.lr or set trainer.grad_clip."
+    )
+    log.error(msg)
+    raise NonFiniteLossError(msg)
+
+
 def checkpoint_run(
     p: Parts, state: TrainState, cfg: Config, ckpts: Checkpointer, is_best: bool = False
 ) -> None:
     """Every rank contributes its random states; rank 0 writes. ``"model"`` holds the weights
     to use (the moving average with ``trainer.ema_decay``, which then adds the weights being
     trained as ``"train_model"`` and its update count for resuming)."""
+    check_finite_weights(p.model_without_ddp, state.step)  # never saved over a good one
     state.tick()
     rng = du.all_gather_object(capture_rng(p.transforms, p.cuda_devices))
     if ckpts.directory is None:
