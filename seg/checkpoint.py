@@ -12,6 +12,7 @@ keep-N, RNG states, resume) is ``seg.engine.checkpointer``.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,21 @@ class CheckpointError(UserError, RuntimeError):
 
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
     """``torch.save`` to a temporary file beside ``path``, then rename it into place, so a crash
-    mid-write never leaves a truncated ``path``."""
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    mid-write never leaves a truncated ``path``. A full disk is a :class:`CheckpointError`
+    saying so (through a Python file object, torch passes the ``OSError`` on; writing to a
+    path, its C++ writer says only "unexpected pos")."""
+    path = Path(path)
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            torch.save(obj, f)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise CheckpointError(
+            f"cannot write checkpoint {path}: the disk is full ({err.strerror}); {path.name} "
+            "is unchanged, so the last good checkpoint is kept. Free some space, then continue "
+            "with trainer.resume=auto"
+        ) from None
 
 
 def checkpoint_file(path: str | Path, name: str = "best.pt") -> Path:

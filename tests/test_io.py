@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -241,7 +242,7 @@ def test_a_checkpoint_or_image_interrupted_mid_write_leaves_the_old_file(
     leaves the previous file byte for byte and no temporary file."""
     import torch
 
-    from seg.checkpoint import save_checkpoint
+    from seg.checkpoint import CheckpointError, save_checkpoint
     from seg.inference.media import write_image
 
     ckpt = tmp_path / "last.pt"
@@ -250,12 +251,12 @@ def test_a_checkpoint_or_image_interrupted_mid_write_leaves_the_old_file(
     write_image(mask, np.zeros((8, 8), np.uint8))
     before = {p.name: p.read_bytes() for p in (ckpt, mask)}
 
-    def dies_mid_write(obj, f, *args, **kwargs):
-        Path(f).write_bytes(b"PK\x03\x04 half a zip")
-        raise OSError("No space left on device")
+    def dies_mid_write(obj, f, *args, **kwargs):  # as torch.save into a file on a full disk
+        f.write(b"PK\x03\x04 half a zip")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", dies_mid_write)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(CheckpointError, match=r"last\.pt: the disk is full .*last good checkpoint"):
         save_checkpoint({"step": 2}, ckpt)
     real_write_bytes = Path.write_bytes
 
