@@ -4,7 +4,8 @@ rebuilding the model it holds (for evaluation, prediction and export as for trai
 A checkpoint is a dict of tensors, numbers, strings, lists and dicts only (the resolved config
 included), so ``torch.load(weights_only=True)`` reads it and it rebuilds its model on its own:
 ``{"model", "optimizer", "scheduler", "scaler", "epoch", "step", "batch_in_epoch",
-"rng": [per rank], "config", "metrics", "best", "target", "elapsed_s"}``, and with a weight
+"rng": [per rank], "config", "metrics", "best", "target", "elapsed_s", "tensor_sha256"}`` (the
+digest of its tensors, checked on every load), and with a weight
 EMA (``trainer.ema_decay``) ``"train_model"`` and ``"ema_updates"`` too: ``"model"`` is always
 the weights to use (the average, then). What only training needs (``last`` / ``best`` /
 keep-N, RNG states, resume) is ``seg.engine.checkpointer``.
@@ -13,6 +14,7 @@ keep-N, RNG states, resume) is ``seg.engine.checkpointer``.
 from __future__ import annotations
 
 import errno
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
     saying so (through a Python file object, torch passes the ``OSError`` on; writing to a
     path, its C++ writer says only "unexpected pos")."""
     path = Path(path)
+    obj = {**obj, DIGEST_KEY: tensor_digest(obj)}
     try:
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             torch.save(obj, f)
@@ -85,7 +88,39 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
         ) from err
     if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
         raise CheckpointError(f"{path} is not a checkpoint of this project (no model/config)")
+    stored = ckpt.pop(DIGEST_KEY, None)  # absent in checkpoints written before it
+    if stored is not None and stored != tensor_digest(ckpt):
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: its tensors differ from the digest written with "
+            "them (a changed byte); the file is damaged"
+        )
     return upgrade_checkpoint(ckpt)
+
+
+# Every checkpoint carries the SHA-256 of its tensors (their names, dtypes, shapes and bytes),
+# checked on every load: a flipped byte inside a weight unpickles fine, and would run silently.
+DIGEST_KEY = "tensor_sha256"
+
+
+def tensor_digest(obj: Any) -> str:
+    """SHA-256 over the tensors of a nested dict / list (names, dtypes, shapes and bytes, in a
+    fixed order); other values are not hashed (the unpickler checks their structure)."""
+    digest = hashlib.sha256()
+
+    def visit(value: Any, name: str) -> None:
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"{name} {t.dtype} {tuple(value.shape)}\n".encode())
+            digest.update(memoryview(t.view(torch.uint8).numpy()))
+        elif isinstance(value, dict):
+            for key in sorted(value, key=str):
+                visit(value[key], f"{name}/{key}")
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                visit(item, f"{name}/{i}")
+
+    visit({k: v for k, v in obj.items() if k != DIGEST_KEY}, "")
+    return digest.hexdigest()
 
 
 def _reason(err: Exception) -> str:

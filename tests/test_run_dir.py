@@ -212,3 +212,29 @@ def test_resume_auto_starts_afresh_after_a_run_stopped_before_its_first_checkpoi
     assert 7 not in steps and steps[0] == 1  # the stopped run's log is replaced, not continued
     result = _train(data_root, run, "trainer.max_steps=3", "trainer.resume=auto")
     assert result["step"] == 3  # resumed from step 2
+
+
+def test_a_changed_byte_inside_the_weights_is_caught_and_resume_moves_on(
+    data_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flipped byte in a tensor unpickles fine: the digest written with the tensors names the
+    file as damaged, for evaluation and prediction, and resume=auto takes the next step file."""
+    from seg.checkpoint import load_model_from_checkpoint
+
+    run = tmp_path / "run"
+    common = ["trainer.ckpt_every_steps=1", "trainer.epochs=5"]
+    _train(data_root, run, "trainer.max_steps=2", *common)
+    last = run / "checkpoints" / "last.pt"
+    vectors = [t for t in load_checkpoint(last)["model"].values() if t.ndim == 1]
+    weights = max(vectors, key=lambda t: t.numel() if t.is_floating_point() else 0)
+    data = bytearray(last.read_bytes())
+    at = data.find(weights.numpy().tobytes()[:64]) + 8  # inside the longest weight vector
+    assert at > 8
+    data[at] ^= 0x01
+    last.unlink()  # a file of its own: the step files are links of last.pt
+    last.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"last\.pt: its tensors differ from the digest"):
+        load_model_from_checkpoint(last)
+    with caplog.at_level("WARNING"):
+        result = _train(data_root, run, "trainer.max_steps=3", "trainer.resume=auto", *common)
+    assert result["step"] == 3 and "step_00000002.pt" in caplog.text
