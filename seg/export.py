@@ -20,6 +20,7 @@ from seg.data.transforms import check_aug_config
 from seg.errors import ConfigError, DataError
 from seg.inference.onnx import (
     AXES,
+    EXPORT_KEY,
     INPUT_NAME,
     OUTPUT_NAME,
     ExportCheck,
@@ -27,6 +28,7 @@ from seg.inference.onnx import (
     LogitsOnly,
     compare_with_onnx,
     cpu_copy,
+    export_key,
     export_onnx,
     image_batches,
     model_metadata,
@@ -91,7 +93,10 @@ def run_export(cfg: ExportConfig, model: nn.Module, train_cfg: Config) -> dict[s
     final = Path(cfg.out)
     check_out(final, Path(cfg.checkpoint))
     path = final.with_name(f"{final.stem}.unverified{final.suffix}")
-    export_onnx(model, path, eval_size, cfg.opset, model_metadata(model, train_cfg))
+    metadata = model_metadata(model, train_cfg)
+    if Path(cfg.checkpoint).is_file():  # names the checkpoint it was made from
+        metadata[EXPORT_KEY] = export_key(Path(cfg.checkpoint), cfg.opset)
+    export_onnx(model, path, eval_size, cfg.opset, metadata)
     result: dict[str, Any] = {"path": str(final)}
     if not cfg.verify:
         os.replace(path, final)

@@ -393,3 +393,21 @@ def test_onnxruntime_runs_beside_one_torch_thread(checkpoint):
     build_predictor(torch_model, cfg, "cpu")
     with inference_threads(torch_model):
         assert torch.get_num_threads() == before
+
+
+def test_an_export_of_another_checkpoint_in_the_cache_is_never_run(
+    checkpoint, tiny_run, fast_export, caplog
+):
+    """Another model's valid export copied over the cached file: its seg.export_key names
+    another checkpoint, so it is replaced by this checkpoint's own export (with a warning),
+    never run."""
+    (cached,) = checkpoint.parent.glob("best.*.onnx")
+    key = onnx_mod.export_key(checkpoint)
+    assert onnx_mod.stored_export_key(cached) == key  # every export names its checkpoint
+    (other,) = (tiny_run / "checkpoints").glob("last.*.onnx")  # the single-column run's
+    assert onnx_mod.stored_export_key(other) not in (None, "", key)
+    cached.write_bytes(other.read_bytes())
+    with caplog.at_level("WARNING"):
+        model, _ = load_inference_model(checkpoint, "onnxruntime", "cpu")
+    assert "is not the export of" in caplog.text and "exporting it again" in caplog.text
+    assert model.path == cached and onnx_mod.stored_export_key(cached) == key

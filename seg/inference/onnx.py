@@ -236,6 +236,22 @@ EXPORT_FORMAT = "seg-onnx-1"  # bump when the export procedure changes: old cach
 CHECK_TOLERANCE, CHECK_MIN_AGREEMENT = 1e-3, 0.999  # as scripts/export.py's defaults (fp32)
 
 
+# The metadata key of an export that names the checkpoint it was made from (its export_key).
+EXPORT_KEY = "seg.export_key"
+
+
+def stored_export_key(path: Path) -> str | None:
+    """The ``seg.export_key`` an ONNX file's metadata holds ("" when it has none), None when
+    the file cannot be parsed (read without its weights' external data)."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False)
+    except Exception:  # onnx raises several kinds on damaged bytes
+        return None
+    return {p.key: p.value for p in graph.metadata_props}.get(EXPORT_KEY, "")
+
+
 def export_key(checkpoint: Path, opset: int | None = None) -> str:
     """16 hex digits of the SHA-256 of the checkpoint's bytes and of what shapes the graph
     (this format, torch's version, the opset): a retrained checkpoint or a new exporter gets a
@@ -270,7 +286,22 @@ def cached_export(
     name = f"{checkpoint.stem}.{key}.onnx"
     for folder in (checkpoint.parent, cache_dir()):
         path = folder / name
-        if path.is_file():
+        if not path.is_file():
+            continue
+        stored = stored_export_key(path)
+        if stored == key:
+            return path
+        if stored is not None:  # readable, but of another checkpoint: never run it
+            log.warning(
+                "%s is not the export of %s (its metadata says seg.export_key=%s, expected %s): "
+                "exporting it again",
+                path,
+                checkpoint,
+                stored or "none",
+                key,
+            )
+            path.unlink(missing_ok=True)
+        else:  # unreadable: ONNX Runtime names it and load_inference_model exports it again
             return path
     for folder in (checkpoint.parent, cache_dir()):
         try:
@@ -293,7 +324,8 @@ def _export_checked(
     eval_size = check_aug_config(cfg.aug).eval_size
     log.info("exporting %s to %s for ONNX Runtime (once per checkpoint)", checkpoint, path)
     tmp = temp_beside(path)  # its own name: torchrun's ranks may export the same file at once
-    export_onnx(model, tmp, eval_size, opset, model_metadata(model, cfg))
+    metadata = {**model_metadata(model, cfg), EXPORT_KEY: export_key(checkpoint, opset)}
+    export_onnx(model, tmp, eval_size, opset, metadata)
     try:
         # A graph check on seeded random photos at the eval size and an odd larger size, as
         # scripts/export.py's default check.
