@@ -92,14 +92,15 @@ def test_a_format_pil_cannot_read_is_held_to_the_same_pixel_limit(tmp_path: Path
 
     bomb = tmp_path / "bomb.png"
     bomb.write_bytes(_radiance_hdr(14000, 14000))
-    code = (
+    code = (  # the peak memory added by the read, over the process after its imports
         "import resource, sys\n"
         "from seg.data.io import BadSampleError, read_image\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "try:\n"
         "    read_image(sys.argv[1])\n"
         "except BadSampleError as err:\n"
         "    print(err)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OPENCV_IO_MAX_IMAGE_PIXELS"}
     done = subprocess.run(
@@ -107,7 +108,7 @@ def test_a_format_pil_cannot_read_is_held_to_the_same_pixel_limit(tmp_path: Path
     )
     message, peak_mb = done.stdout.strip().splitlines()
     assert "bomb.png: its header claims more pixels than the decode limit" in message, done
-    assert int(peak_mb) < 1000, f"{peak_mb} MB: the image was decoded"
+    assert int(peak_mb) < 300, f"{peak_mb} MB more: the image was decoded (~2.3 GB)"
 
     small = tmp_path / "small.png"
     small.write_bytes(_radiance_hdr(64, 48))
