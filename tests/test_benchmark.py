@@ -261,13 +261,23 @@ def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypa
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     import gc
+    import weakref
 
     from seg.benchmark import inference
     from seg.inference.onnx import OnnxRuntimeModel
 
+    made = weakref.WeakSet()  # every ONNX Runtime model made, while it is alive
+    init = OnnxRuntimeModel.__init__
+
+    def tracked_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.add(self)
+
+    monkeypatch.setattr(OnnxRuntimeModel, "__init__", tracked_init)
+
     def live_sessions() -> int:
         gc.collect()
-        return sum(isinstance(o, OnnxRuntimeModel) for o in gc.get_objects())
+        return len(made)
 
     seen = {}
     real_paths = inference._paths
@@ -279,7 +289,8 @@ def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypa
 
     monkeypatch.setattr(inference, "_paths", watched_paths)
     threads = torch.get_num_threads()
-    rows = inference.measure_backends(["single_column"], tiny())
+    small = "single_column:model.columns.0.blocks=[1,1,1,1,1]:model.columns.0.widths=[4,8,8,8,8]"
+    rows = inference.measure_backends([small], tiny())  # a small graph: a quick export
     assert torch.get_num_threads() == threads
     paths = list(dict.fromkeys(r["path"] for r in rows))
     expected = {"torch fp32, as trained", "torch fp32, BN folded", "onnxruntime fp32"}
