@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from seg.cli import user_errors
 from seg.config import check_retired_overrides, register_configs
 from seg.engine.launch import hydra_overrides
+from seg.engine.preemption import Stopped
 from seg.engine.train import train
 
 
@@ -28,7 +29,10 @@ def main(cfg: DictConfig) -> float:
     # A config value out of range, missing data, a busy run folder, a checkpoint that cannot
     # be resumed: one line saying what to do, exit code 2. A bug keeps its traceback.
     with user_errors("train"):
-        result = train(cfg)
+        try:
+            result = train(cfg)
+        except Stopped as stopped:  # SIGTERM, SIGINT or SIGUSR1: last.pt holds the last step
+            raise SystemExit(128 + stopped.signum) from None  # as the signal's own exit code
     return result[result["best_key"]]
 
 

@@ -37,6 +37,7 @@ from seg.engine.checkpointer import (
 from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger, NonFiniteLossError
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
+from seg.engine.preemption import Stopped, StopSignals
 from seg.engine.run_dir import (
     claim_run_dir,
     decide_run_dir,
@@ -162,22 +163,25 @@ def _run(
             "reported, never used to choose or stop)",
             state.best_of,
         )
-    while state.step < p.total_steps:
-        p.sampler.set_epoch(state.epoch)
-        p.sampler.set_start(state.batch_in_epoch * t.batch_size)
-        train_one_epoch(p, state, cfg, writer, ckpts)
-        epoch_end = state.batch_in_epoch >= p.steps_per_epoch * t.accumulate
-        if epoch_end:
-            state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-        due = epoch_end and t.eval_every > 0 and state.epoch % t.eval_every == 0
-        check_finite_weights(p.model_without_ddp, state.step)  # before validating them
-        is_best = validate(p, state, cfg, writer) if due or state.step >= p.total_steps else False
-        checkpoint_run(p, state, cfg, ckpts, is_best)
-        if t.stop_at_target and state.target is not None:
-            log.info(
-                "trainer.stop_at_target: the target is reached, stopping at step %d", state.step
+    with StopSignals() as stop, _closing_on_stop(writer):  # a signal: the step ends, saved
+        while state.step < p.total_steps:
+            p.sampler.set_epoch(state.epoch)
+            p.sampler.set_start(state.batch_in_epoch * t.batch_size)
+            train_one_epoch(p, state, cfg, writer, ckpts, stop)
+            epoch_end = state.batch_in_epoch >= p.steps_per_epoch * t.accumulate
+            if epoch_end:
+                state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+            due = epoch_end and t.eval_every > 0 and state.epoch % t.eval_every == 0
+            check_finite_weights(p.model_without_ddp, state.step)  # before validating them
+            is_best = (
+                validate(p, state, cfg, writer) if due or state.step >= p.total_steps else False
             )
-            break
+            checkpoint_run(p, state, cfg, ckpts, is_best)
+            if t.stop_at_target and state.target is not None:
+                log.info(
+                    "trainer.stop_at_target: the target is reached, stopping at step %d", state.step
+                )
+                break
     if not state.metrics:  # resumed a finished run that was never validated
         validate(p, state, cfg, writer)
     hparams = {**flatten_hparams(cfg), "world_size": du.world_size()}
@@ -189,11 +193,28 @@ def _run(
     return _finish(p, state, cfg, run_dir)
 
 
+@contextlib.contextmanager
+def _closing_on_stop(writer: MetricLogger) -> Iterator[None]:
+    """Close the logs (TensorBoard's event files flushed) when a stop signal ends the run."""
+    try:
+        yield
+    except Stopped as stopped:
+        log.warning("%s", stopped)
+        writer.close()
+        raise
+
+
 def train_one_epoch(
-    p: Parts, state: TrainState, cfg: Config, writer: MetricLogger, ckpts: Checkpointer
+    p: Parts,
+    state: TrainState,
+    cfg: Config,
+    writer: MetricLogger,
+    ckpts: Checkpointer,
+    stop: StopSignals,
 ) -> None:
     """Train from pass ``state.batch_in_epoch`` of ``state.epoch`` to the epoch's end or the
-    last step; logs every ``logging.log_every`` steps, saves every ``trainer.ckpt_every_steps``."""
+    last step; logs every ``logging.log_every`` steps, saves every ``trainer.ckpt_every_steps``.
+    A stop signal (``stop``) ends it after the current step, with a checkpoint of that step."""
     t = cfg.trainer
     passes = p.steps_per_epoch * t.accumulate
     meter = LossMeter(p.device)
@@ -230,6 +251,11 @@ def train_one_epoch(
             if save:
                 checkpoint_run(p, state, cfg, ckpts)
             after_step(state.step)
+            if stop.stop_requested(p.device):
+                if not save:
+                    checkpoint_run(p, state, cfg, ckpts)
+                bar.close()
+                raise Stopped(stop.signum, state.step)
     bar.close()
 
 

@@ -1,0 +1,75 @@
+"""Stopping on a signal: a preempted run saves where it is and exits cleanly.
+
+Clusters stop long jobs with SIGTERM (SLURM's preemption and time limit, Kubernetes), SIGINT
+is Ctrl-C, and SLURM sends a chosen signal ahead of the end when asked (``#SBATCH
+--signal=USR1@90`` in a batch script; submitit's launcher keeps its own USR2 for its requeue).
+While training, each of them only
+records itself; the loop finishes the current step, every rank agrees to stop (one all-reduce
+of one number per step under DDP, so no rank waits in a collective another left), ``last.pt``
+is written atomically, and :class:`Stopped` ends the run: ``scripts/train.py`` logs it and
+exits with 128 + the signal's number, as a process killed by it would, with its checkpoint.
+``trainer.resume=auto`` continues from it, bit-exact. A second SIGINT stops at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType, TracebackType
+
+import torch
+
+from seg import distributed as du
+
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
+
+
+class Stopped(Exception):
+    """Training stopped on a signal after writing its checkpoint at ``step``."""
+
+    def __init__(self, signum: int, step: int) -> None:
+        self.signum, self.step = signum, step
+        name = signal.Signals(signum).name if signum else "a signal on another rank"
+        super().__init__(
+            f"stopped by {name} after step {step}; last.pt holds that step: continue with "
+            "trainer.resume=auto"
+        )
+
+
+class StopSignals:
+    """While entered (in the main thread), SIGTERM, SIGINT and SIGUSR1 set :attr:`signum`
+    instead of ending the process; the previous handlers come back on exit."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for name in STOP_SIGNALS:
+                sig = getattr(signal, name, None)
+                if sig is not None:
+                    self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum and signum == signal.SIGINT:  # Ctrl-C twice: stop now
+            raise KeyboardInterrupt
+        self.signum = self.signum or signum
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def stop_requested(self, device: torch.device) -> bool:
+        """Whether any rank got a stop signal: the same answer on every rank."""
+        if not du.is_distributed():
+            return bool(self.signum)
+        flag = torch.tensor([1.0 if self.signum else 0.0], device=device)
+        return bool(du.all_reduce_sum_(flag).item() > 0)

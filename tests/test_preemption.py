@@ -1,0 +1,110 @@
+"""A stop signal sent to a real training process: the current step ends, last.pt holds it, the
+process exits with the signal's code and no traceback, and trainer.resume=auto continues."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from training_utils import REPO, subprocess_env, tiny_overrides
+
+from seg.checkpoint import load_checkpoint
+from seg.config import compose_config
+from seg.engine.preemption import StopSignals
+from seg.engine.train import train
+
+
+def _logged_steps(run: Path) -> list[int]:
+    path = run / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [json.loads(x)["step"] for x in lines if '"train/loss"' in x]
+
+
+def test_each_stop_signal_is_recorded_and_a_second_ctrl_c_stops_at_once() -> None:
+    import os
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        before = signal.getsignal(sig)
+        with StopSignals() as stop:
+            os.kill(os.getpid(), sig)
+            time.sleep(0.01)  # the handler runs between bytecodes of this thread
+            assert stop.signum == sig and stop.stop_requested(torch.device("cpu"))
+            if sig == signal.SIGINT:
+                with pytest.raises(KeyboardInterrupt):
+                    os.kill(os.getpid(), sig)
+                    time.sleep(0.01)
+        assert signal.getsignal(sig) == before  # the previous handler is back
+
+
+def test_a_stop_signal_saves_the_current_step_and_exits_cleanly(
+    data_root: Path, tmp_path: Path
+) -> None:
+    sig = signal.SIGTERM  # the others take the same path (the test above)
+    run = tmp_path / "run"
+    long = ["trainer.epochs=1000", "trainer.max_steps=100000", f"hydra.run.dir={tmp_path}/hydra"]
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *tiny_overrides(data_root, run)]
+    proc = subprocess.Popen(
+        [*cmd, *long], env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(_logged_steps(run)) < 3 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    took = time.monotonic() - sent
+    text = out.decode()
+    assert proc.returncode == 128 + sig, text[-3000:]
+    assert "Traceback" not in text
+    step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+    assert f"stopped by {sig.name} after step {step}" in text
+    assert _logged_steps(run)[-1] == step  # the log and the checkpoint end at the same step
+    print(f"\n{sig.name}: exited {took:.2f} s after the signal, last.pt at step {step}")
+
+    resumed = [*tiny_overrides(data_root, run), f"trainer.max_steps={step + 1}"]
+    result = train(compose_config([*resumed, "trainer.epochs=1000", "trainer.resume=auto"]))
+    assert result["step"] == step + 1
+    assert _logged_steps(run) == list(range(1, step + 2))
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_stops_both_ranks_at_one_step(data_root: Path, tmp_path: Path) -> None:
+    """torchrun forwards SIGTERM to its workers: they agree on the step to stop at (one
+    all-reduce per step), rank 0 writes last.pt, and no rank waits in a collective."""
+    run = tmp_path / "run"
+    long = ["trainer.epochs=1000", "trainer.max_steps=100000", "trainer.batch_size=1"]
+    script = str(REPO / "scripts" / "train.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    proc = subprocess.Popen(
+        [*cmd, script, *tiny_overrides(data_root, run), *long],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(_logged_steps(run)) < 3 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    text = out.decode()
+    step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+    assert f"stopped by SIGTERM after step {step}" in text, text[-4000:]
+    assert _logged_steps(run)[-1] == step
+    print(f"\ntorchrun: exited {time.monotonic() - sent:.2f} s after SIGTERM, step {step}")
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["rng"][1] is not None  # both ranks
