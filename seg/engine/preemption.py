@@ -4,8 +4,9 @@ Clusters stop long jobs with SIGTERM (SLURM's preemption and time limit, Kuberne
 is Ctrl-C, and SLURM sends a chosen signal ahead of the end when asked (``#SBATCH
 --signal=USR1@90`` in a batch script; submitit's launcher keeps its own USR2 for its requeue).
 While training, each of them only
-records itself; the loop finishes the current step, every rank agrees to stop (one all-reduce
-of one number per step under DDP, so no rank waits in a collective another left), ``last.pt``
+records itself; the loop finishes the current step (under DDP: the next logging step, where
+the ranks synchronise anyway, ``logging.log_every``), every rank agrees to stop (one
+all-reduce of one number, so no rank waits in a collective another left), ``last.pt``
 is written atomically, and :class:`Stopped` ends the run: ``scripts/train.py`` logs it and
 exits with 128 + the signal's number, as a process killed by it would, with its checkpoint.
 ``trainer.resume=auto`` continues from it, bit-exact. A second SIGINT stops at once.

@@ -246,12 +246,15 @@ def train_one_epoch(
             bar.update()
             end = state.batch_in_epoch >= passes or state.step >= p.total_steps
             save = t.ckpt_every_steps > 0 and state.step % t.ckpt_every_steps == 0 and not end
-            if end or save or state.step % cfg.logging.log_every == 0:
+            logged = end or save or state.step % cfg.logging.log_every == 0
+            if logged:
                 window = _log_train(p, state, meter, writer, bar, window, lr, clock.take())
             if save:
                 checkpoint_run(p, state, cfg, ckpts)
             after_step(state.step)
-            if stop.stop_requested(p.device):
+            # Under DDP the ranks agree at the steps that synchronise anyway (logging); alone,
+            # the flag is read at every step.
+            if (logged or not du.is_distributed()) and stop.stop_requested(p.device):
                 if not save:
                     checkpoint_run(p, state, cfg, ckpts)
                 bar.close()
