@@ -35,21 +35,42 @@ class CheckpointError(UserError, RuntimeError):
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
     """``torch.save`` to a temporary file beside ``path``, then rename it into place, so a crash
     mid-write never leaves a truncated ``path``. A full disk is a :class:`CheckpointError`
-    saying so (through a Python file object, torch passes the ``OSError`` on; writing to a
-    path, its C++ writer says only "unexpected pos")."""
+    saying so (torch's writer reports only "unexpected pos": the file object it writes to
+    remembers the ``OSError`` underneath)."""
     path = Path(path)
     obj = {**obj, DIGEST_KEY: tensor_digest(obj)}
-    try:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            torch.save(obj, f)
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        out = _RememberedErrors(f)
+        try:
+            torch.save(obj, out)
+            f.flush()
+        except (OSError, RuntimeError) as err:
+            full = out.error if isinstance(out.error, OSError) else err
+            if isinstance(full, OSError) and full.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise CheckpointError(
+                    f"cannot write checkpoint {path}: the disk is full ({full.strerror}); "
+                    f"{path.name} is unchanged, so the last good checkpoint is kept. Free some "
+                    "space, then continue with trainer.resume=auto"
+                ) from None
             raise
-        raise CheckpointError(
-            f"cannot write checkpoint {path}: the disk is full ({err.strerror}); {path.name} "
-            "is unchanged, so the last good checkpoint is kept. Free some space, then continue "
-            "with trainer.resume=auto"
-        ) from None
+
+
+class _RememberedErrors:
+    """A writable file that remembers the ``OSError`` of a failed write (torch.save turns it
+    into a ``RuntimeError`` that does not say what happened)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def checkpoint_file(path: str | Path, name: str = "best.pt") -> Path:
