@@ -26,6 +26,27 @@ def _logged_steps(run: Path) -> list[int]:
     return [json.loads(x)["step"] for x in lines if '"train/loss"' in x]
 
 
+def _signal_while_training(
+    cmd: list[str], run: Path, sig: signal.Signals, cwd: Path
+) -> tuple[int, str, float]:
+    """Start ``cmd`` (a training of ``run``), send ``sig`` once 3 steps are logged; its exit
+    code, its output and the seconds from the signal to its exit."""
+    proc = subprocess.Popen(
+        cmd, env=subprocess_env(), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(_logged_steps(run)) < 3 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, out.decode(), time.monotonic() - sent
+
+
 def test_each_stop_signal_is_recorded_and_a_second_ctrl_c_stops_at_once() -> None:
     import os
 
@@ -49,22 +70,8 @@ def test_a_stop_signal_saves_the_current_step_and_exits_cleanly(
     run = tmp_path / "run"
     long = ["trainer.epochs=1000", "trainer.max_steps=100000", f"hydra.run.dir={tmp_path}/hydra"]
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *tiny_overrides(data_root, run)]
-    proc = subprocess.Popen(
-        [*cmd, *long], env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while len(_logged_steps(run)) < 3 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-            time.sleep(0.2)
-        sent = time.monotonic()
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    took = time.monotonic() - sent
-    text = out.decode()
-    assert proc.returncode == 128 + sig, text[-3000:]
+    code, text, took = _signal_while_training([*cmd, *long], run, sig, tmp_path)
+    assert code == 128 + sig, text[-3000:]
     assert "Traceback" not in text
     step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
     assert f"stopped by {sig.name} after step {step}" in text
@@ -80,31 +87,15 @@ def test_a_stop_signal_saves_the_current_step_and_exits_cleanly(
 @pytest.mark.slow
 def test_sigterm_to_torchrun_stops_both_ranks_at_one_step(data_root: Path, tmp_path: Path) -> None:
     """torchrun forwards SIGTERM to its workers: they agree on the step to stop at (one
-    all-reduce per step), rank 0 writes last.pt, and no rank waits in a collective."""
+    all-reduce at a logging step), rank 0 writes last.pt, and no rank waits in a collective."""
     run = tmp_path / "run"
     long = ["trainer.epochs=1000", "trainer.max_steps=100000", "trainer.batch_size=1"]
     script = str(REPO / "scripts" / "train.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    proc = subprocess.Popen(
-        [*cmd, script, *tiny_overrides(data_root, run), *long],
-        env=subprocess_env(),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while len(_logged_steps(run)) < 3 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-            time.sleep(0.2)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    text = out.decode()
+    full = [*cmd, script, *tiny_overrides(data_root, run), *long]
+    _, text, took = _signal_while_training(full, run, signal.SIGTERM, tmp_path)
     step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
     assert f"stopped by SIGTERM after step {step}" in text, text[-4000:]
     assert _logged_steps(run)[-1] == step
-    print(f"\ntorchrun: exited {time.monotonic() - sent:.2f} s after SIGTERM, step {step}")
+    print(f"\ntorchrun: exited {took:.2f} s after SIGTERM, step {step}")
     assert load_checkpoint(run / "checkpoints" / "last.pt")["rng"][1] is not None  # both ranks
