@@ -107,8 +107,11 @@ def test_a_restated_default_is_found() -> None:
     schema = OmegaConf.structured(Config)
     yaml = {"epochs": 30, "max_steps": 5, "name": "x"}
     assert restated_defaults("trainer", yaml, schema) == ["trainer.epochs"]
-    model = {"name": "multicolumn", "num_classes": 2, "exchange_mode": "concat", "aux_heads": 1}
-    assert restated_defaults("model", model, schema) == ["model.num_classes", "model.exchange_mode"]
+    model = {"name": "multicolumn", "num_classes": 2, "decoder_stride": 4, "aux_heads": 1}
+    assert restated_defaults("model", model, schema) == [
+        "model.num_classes",
+        "model.decoder_stride",
+    ]
 
 
 def test_an_unknown_key_in_a_stored_config_is_an_error_naming_it() -> None:
@@ -142,10 +145,15 @@ def test_every_schema_checks_its_ranges_when_made(make, key: str) -> None:
         make()
 
 
-@pytest.mark.parametrize("override", ["model.devices=[cpu,cpu]", "+trainer.fault_at_step=3"])
-def test_a_retired_key_names_what_replaced_it(override: str) -> None:
-    with pytest.raises(
-        ValueError,
-        match=r"no longer a config key: use (trainer\.column_devices|nothing: the crash tests)",
-    ):
+@pytest.mark.parametrize(
+    ("override", "instead"),
+    [
+        ("model.devices=[cpu,cpu]", "trainer.column_devices"),
+        ("+trainer.fault_at_step=3", "nothing: the crash tests"),
+        ("aug.image_fill=0", "aug.mask_fill"),
+        ("model.exchange_mode=sum", "nothing: exchanged features are concatenated"),
+    ],
+)
+def test_a_retired_key_names_what_replaced_it(override: str, instead: str) -> None:
+    with pytest.raises(ValueError, match=rf"no longer a config key: use {re.escape(instead)}"):
         compose_config(["+exp=dual_channel", override])

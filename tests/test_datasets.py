@@ -6,6 +6,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +17,7 @@ from seg.data import (
     build_eval_datasets,
     build_train_dataset,
     save_splits,
+    split_bad,
     train_source_names,
 )
 from seg.data.io import BadSampleError
@@ -37,10 +39,11 @@ def _check_sample(sample: dict, hw: tuple[int, int] | None = None) -> None:
 @pytest.mark.parametrize("name", ["eg_portrait", "ccp", "vikram_human_seg"])
 def test_real_samples_keep_the_contract(data_env: Path, name: str) -> None:
     cfg = compose_config([f"data={name}"])
-    raw = build_dataset(cfg.data, "test")
-    sample = raw[0]
-    _check_sample(sample)
-    assert sample["source"] == name and sample["skipped"] == 0
+    raw = build_dataset(cfg.data, "test")[0]  # as read: no transform, nothing normalised
+    assert raw["image"].dtype == np.uint8 and raw["image"].shape[2] == 3
+    assert raw["mask"].dtype == np.uint8 and raw["mask"].shape == raw["image"].shape[:2]
+    assert set(np.unique(raw["mask"]).tolist()) <= {0, 1, 255}
+    assert raw["source"] == name and raw["skipped"] == 0
     train = build_dataset(cfg.data, "train", build_train_transform(cfg.aug, seed=0))
     _check_sample(train[1], tuple(cfg.aug.crop_size))
     val = build_dataset(cfg.data, "val", build_eval_transform(cfg.aug))
@@ -158,6 +161,10 @@ def test_bad_sample_error_or_skip(vikram_subset: Path, caplog: pytest.LogCapture
     assert sample["id"] == "2" and sample["skipped"] == 1
     assert "1.jpg" in caplog.text
     assert skipping[1]["skipped"] == 0
+    # Evaluation's datasets drop a bad pair instead (no image counted twice); split_bad parts them.
+    dropping = SegDataset(refs, on_bad_sample=BadSamplePolicy.skip, drop_bad=True)
+    good, bad = split_bad([dropping[i] for i in range(3)])
+    assert [s["id"] for s in good] == ["2", "3"] and len(bad) == 1 and "1.jpg" in bad[0]
 
 
 def test_mask_with_wrong_aspect_is_rejected(vikram_subset: Path) -> None:

@@ -13,12 +13,11 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from seg.config import ModelConfig, ModelName, compose_dict
+from seg.config import ColumnConfig, ModelConfig, ModelName, compose_dict
 from seg.devices import auto_device_indices, resolve_devices
 from seg.errors import UserError
 from seg.models import (
     MODELS,
-    ColumnSpec,
     MultiColumnSegNet,
     build_model,
     summarize_model,
@@ -37,8 +36,8 @@ def model_config(name: str, overrides: tuple[str, ...] = ()):
 
 def two_columns(**kwargs) -> MultiColumnSegNet:
     columns = [
-        ColumnSpec("detail", 1.0, (8, 16, 16), (1, 1, 1)),
-        ColumnSpec("context", 0.5, (8, 24, 32), (1, 2, 1)),
+        ColumnConfig("detail", 1.0, [8, 16, 16], [1, 1, 1]),
+        ColumnConfig("context", 0.5, [8, 24, 32], [1, 2, 1]),
     ]
     return MultiColumnSegNet(columns, **kwargs)
 
@@ -202,12 +201,12 @@ def test_concat_exchange_widens_the_next_stage():
             assert first_conv.in_channels == expected, (j, stage)
 
 
-def test_sum_exchange_and_aux_heads():
+def test_coarse_column_first_with_exchange_and_aux_heads():
     columns = [  # the coarse column first: the decoder still works at the finest resolution
-        ColumnSpec("coarse", 0.25, (8, 16, 24), (1, 1, 2)),
-        ColumnSpec("fine", 1.0, (8, 16, 16), (1, 1, 1)),
+        ColumnConfig("coarse", 0.25, [8, 16, 24], [1, 1, 2]),
+        ColumnConfig("fine", 1.0, [8, 16, 16], [1, 1, 1]),
     ]
-    model = MultiColumnSegNet(columns, exchange_stages=[0, 1], exchange_mode="sum", aux_heads=True)
+    model = MultiColumnSegNet(columns, exchange_stages=[0, 1], aux_heads=True)
     model.place([CPU, CPU])
     assert model.size_divisor == 32  # 2**3 stages / (1/4)
     out = model.train()(torch.randn(2, 3, 33, 20))
@@ -218,8 +217,7 @@ def test_sum_exchange_and_aux_heads():
     ("kwargs", "message"),
     [
         ({"exchange_stages": [2]}, "valid stages are 0..1"),
-        ({"exchange_stages": [1], "exchange_mode": "sum"}, "needs equal widths at stage 1"),
-        ({"exchange_mode": "max"}, "exchange_mode 'max'"),
+        ({"exchange_stages": [-1]}, "valid stages are 0..1"),
     ],
 )
 def test_bad_exchange_rejected(kwargs, message):
@@ -230,14 +228,14 @@ def test_bad_exchange_rejected(kwargs, message):
 @pytest.mark.parametrize(
     ("column", "message"),
     [
-        (ColumnSpec("c", 0.3, (8, 16, 16), (1, 1, 1)), "input_scale 0.3"),
-        (ColumnSpec("c", 1.0, (8, 16, 16), (1, 1)), "same length"),
-        (ColumnSpec("c", 1.0, (8, 16), (1, 1)), "same number of stages"),
+        (ColumnConfig("c", 0.3, [8, 16, 16], [1, 1, 1]), "input_scale 0.3"),
+        (ColumnConfig("c", 1.0, [8, 16, 16], [1, 1]), "same length"),
+        (ColumnConfig("c", 1.0, [8, 16], [1, 1]), "same number of stages"),
     ],
 )
 def test_bad_column_rejected(column, message):
     with pytest.raises(ValueError, match=message):
-        MultiColumnSegNet([ColumnSpec("a", 1.0, (8, 16, 16), (1, 1, 1)), column])
+        MultiColumnSegNet([ColumnConfig("a", 1.0, [8, 16, 16], [1, 1, 1]), column])
 
 
 @pytest.mark.parametrize(("stride", "levels"), [(4, 2), (2, 3)])

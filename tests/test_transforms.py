@@ -37,7 +37,7 @@ GEOMETRY = {
 
 
 def _aug(**overrides) -> AugConfig:
-    base = dict(crop_size=[96, 96], eval_size=[96, 96], interpolation="nearest", image_fill=0)
+    base = dict(crop_size=[96, 96], eval_size=[96, 96], interpolation="nearest")
     return dataclasses.replace(AugConfig(), **{**base, **overrides})
 
 
@@ -211,7 +211,7 @@ IMAGE_SIZES += [(100, 101), (333, 333), (1, 7), (7, 1), (241, 321)]
 @pytest.mark.parametrize("image_hw", IMAGE_SIZES)
 @pytest.mark.parametrize("eval_size", [[256, 256], [128, 96], [321, 241], [96, 128]])
 def test_eval_fits_pads_bottom_right_and_is_deterministic(image_hw, eval_size) -> None:
-    cfg = dataclasses.replace(AugConfig(), eval_size=eval_size, image_fill=0)
+    cfg = dataclasses.replace(AugConfig(), eval_size=eval_size)
     rng = np.random.default_rng(0)
     # Bright image, mask without ignore pixels: every 255 in the output mask is padding.
     image = rng.integers(100, 256, (*image_hw, 3), dtype=np.uint8)
@@ -284,7 +284,6 @@ BAD_VALUES = [
     ("mean", [0.5, 0.5]),
     ("std", [0.2, 0.0, 0.2]),
     ("std", [0.2, 0.2]),
-    ("image_fill", 300),
     ("mask_fill", -1),
     ("mask_fill", 1),
     ("interpolation", "bilinear"),

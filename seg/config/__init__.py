@@ -43,7 +43,7 @@ from seg.config.evaluate import (
 )
 from seg.config.export import ExportConfig
 from seg.config.fields import flatten_config, incidental
-from seg.config.model import ColumnConfig, ExchangeMode, ModelConfig, ModelName, UNetConfig
+from seg.config.model import ColumnConfig, ModelConfig, ModelName, UNetConfig
 from seg.config.predict import (
     AlphaMode,
     OutputKind,
@@ -79,7 +79,6 @@ __all__ = [
     "DataConfig",
     "DatasetName",
     "EvalConfig",
-    "ExchangeMode",
     "ExportConfig",
     "FolderConfig",
     "InferencePrecision",

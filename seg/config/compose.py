@@ -33,6 +33,9 @@ RETIRED_KEYS = {
     "optim.nesterov": "optim.momentum (plain momentum SGD, as every recipe trained)",
     "optim.warmup_factor": "optim.warmup_steps (the warm-up starts at 0.01 * optim.lr)",
     "loss.label_smoothing": "nothing: no recipe smoothed labels (two classes, ignore 255)",
+    "aug.image_fill": "aug.mask_fill (image pixels brought in by a shift or pad are black)",
+    "data.mask_resize_tolerance": "nothing: a smaller mask is resized within 1% of the aspect",
+    "model.exchange_mode": "nothing: exchanged features are concatenated",
 }
 
 

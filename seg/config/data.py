@@ -92,9 +92,6 @@ class DataConfig:
     test_fraction: float = 0.2
     on_bad_sample: BadSamplePolicy = incidental(BadSamplePolicy.error)
     download: bool = incidental(True)  # fetch a missing dataset from its public source
-    # A mask smaller than its image is resized to it (nearest) when the aspect ratios agree
-    # within this relative tolerance; otherwise the pair is bad.
-    mask_resize_tolerance: float = 0.01
     folder: FolderConfig = field(default_factory=FolderConfig)
 
     def __post_init__(self) -> None:  # as every schema: range checks when the object is made
@@ -107,11 +104,6 @@ class DataConfig:
                 f"data.val_fraction + data.test_fraction = "
                 f"{self.val_fraction + self.test_fraction} leaves no training data; their sum "
                 "must be below 1"
-            )
-        if not 0.0 <= self.mask_resize_tolerance < 1.0:
-            raise ConfigError(
-                f"data.mask_resize_tolerance={self.mask_resize_tolerance!r} is invalid: expected "
-                "a relative tolerance in [0, 1)"
             )
 
 
@@ -161,9 +153,13 @@ class AugConfig:
     jpeg_p: float = 0.0  # JPEG re-compression
     jpeg_quality: list[int] = field(default_factory=lambda: [30, 95])
     gray_p: float = 0.0  # grayscale (kept 3 channels)
-    interpolation: Interpolation = Interpolation.linear  # images; masks are always nearest
-    image_fill: int = 0  # value of image pixels that shift/rotate/pad bring in
-    mask_fill: int = 255  # value of mask pixels they bring in (255 = ignore, 0 = background)
+    # How images are resized and warped (masks always nearest): linear, as torchvision's and
+    # mmsegmentation's references; nearest keeps a synthetic image's values exact (the tests'
+    # marker images); cubic or area for sharper or smoother downscaling.
+    interpolation: Interpolation = Interpolation.linear
+    # Mask pixels that a shift, rotation or pad brings in: 255 = ignore (no loss), 0 = background.
+    # Their image pixels are black (seg.data.transforms.IMAGE_FILL).
+    mask_fill: int = 255
     mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
     std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
 
@@ -228,13 +224,6 @@ def _range(cfg: AugConfig, key: str, lo: float, hi: float, integer: bool = False
     return (items[0], items[1]) if integer else (float(items[0]), float(items[1]))
 
 
-def _image_fill(cfg: AugConfig) -> int:
-    value = cfg.image_fill
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
-        raise ConfigError(f"aug.image_fill must be an integer in [0, 255], got {value!r}")
-    return value
-
-
 def _mask_fill(cfg: AugConfig) -> int:
     # Any other value would be a class label: padding would become "person" or an unknown class.
     value = cfg.mask_fill
@@ -286,5 +275,4 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
     names = [m.value for m in Interpolation]
     if getattr(cfg.interpolation, "value", cfg.interpolation) not in names:
         raise ConfigError(f"aug.interpolation must be one of {names}, got {cfg.interpolation!r}")
-    _image_fill(cfg)
     _mask_fill(cfg)

@@ -29,11 +29,6 @@ class ModelName(str, Enum):
     fcn_resnet50 = "fcn_resnet50"
 
 
-class ExchangeMode(str, Enum):
-    concat = "concat"  # a column's next stage sees its own channels followed by the others'
-    sum = "sum"  # the others' features are added (widths at that stage must agree)
-
-
 @dataclass
 class ColumnConfig:
     """One column: an encoder of 3x3 conv-BN-ReLU stages, each halving the resolution, or a
@@ -79,9 +74,9 @@ class ModelConfig:
     num_classes: int = 2
     columns: list[ColumnConfig] = field(default_factory=lambda: [ColumnConfig()])
     # After each of these stages (0-based, not the last one) every column's next stage also
-    # receives the other columns' features of that stage, resized to its own resolution.
+    # receives the other columns' features of that stage, resized to its own resolution and
+    # concatenated to its own (a backbone column adds them through zero-started 1x1 convs).
     exchange_stages: list[int] = field(default_factory=list)
-    exchange_mode: ExchangeMode = ExchangeMode.concat
     decoder_channels: int = 32
     # Stride of the fusion decoder's output, before the bilinear upsampling to the input's
     # size: 4 joins the columns from stage 1 on; 2 also joins their first stage (finer

@@ -1,6 +1,6 @@
 """Datasets, transforms and loaders for human segmentation."""
 
-from seg.data.batching import PadCollate, pad_batch, pixel_batches, run_by_size
+from seg.data.batching import PadCollate, pad_batch, pixel_batches, run_by_size, split_bad
 from seg.data.datasets import (
     SOURCE_NAMES,
     VAL_SOURCE_NAMES,
@@ -33,5 +33,6 @@ __all__ = [
     "run_by_size",
     "save_splits",
     "source_names",
+    "split_bad",
     "train_source_names",
 ]

@@ -106,6 +106,12 @@ def pixel_batches(
     return batches
 
 
+def split_bad(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Samples of a ``drop_bad`` ``SegDataset`` (evaluation's): (the good ones, the messages of
+    the bad pairs it dropped under ``on_bad_sample=skip``)."""
+    return [s for s in samples if "bad" not in s], [s["bad"] for s in samples if "bad" in s]
+
+
 class PadCollate:
     """DataLoader ``collate_fn`` for eval-preset samples of different sizes: ``image`` and
     ``mask`` through :func:`pad_batch`, ``size`` (B, 2) each sample's own (h, w) (for
@@ -121,8 +127,7 @@ class PadCollate:
         self.mask_fill = int(mask_fill)
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        bad = [s["bad"] for s in samples if "bad" in s]
-        samples = [s for s in samples if "bad" not in s]
+        samples, bad = split_bad(samples)
         if not samples:
             return {"bad": bad}
         images = [s["image"] for s in samples]
@@ -136,4 +141,11 @@ class PadCollate:
         return out
 
 
-__all__ = ["MAX_BATCH_PIXELS", "PadCollate", "pad_batch", "pixel_batches", "run_by_size"]
+__all__ = [
+    "MAX_BATCH_PIXELS",
+    "PadCollate",
+    "pad_batch",
+    "pixel_batches",
+    "run_by_size",
+    "split_bad",
+]

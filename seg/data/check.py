@@ -60,9 +60,8 @@ class ScanReport:
 class _ScanSet(Dataset):
     """One stats record per pair, so that a DataLoader can spread the decoding over workers."""
 
-    def __init__(self, refs: list[SampleRef], tolerance: float) -> None:
+    def __init__(self, refs: list[SampleRef]) -> None:
         self.refs = refs
-        self.tolerance = tolerance
 
     def __len__(self) -> int:
         return len(self.refs)
@@ -70,7 +69,7 @@ class _ScanSet(Dataset):
     def __getitem__(self, index: int) -> dict:
         ref = self.refs[index]
         try:
-            image, fitted, resized = read_pair(ref, self.tolerance)
+            image, fitted, resized = read_pair(ref)
         except BadSampleError as err:
             return {"id": ref.id, "problem": str(err)}
         with Image.open(ref.image) as header:  # reads the header only
@@ -98,7 +97,7 @@ def scan_source(cfg: DataConfig, name: str, workers: int = 2) -> ScanReport:
     if workers > 0:
         cv2.setNumThreads(0)  # OpenCV's pool does not survive the workers' fork (see loader.py)
     loader = DataLoader(
-        _ScanSet(refs, cfg.mask_resize_tolerance),
+        _ScanSet(refs),
         batch_size=None,
         num_workers=workers,
         collate_fn=lambda x: x,

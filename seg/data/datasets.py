@@ -33,22 +33,24 @@ log = logging.getLogger(__name__)
 SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg", "coco_person")
 VAL_SOURCE_NAMES = ("coco128_seg",)  # sources that are only ever validated and tested
 NEGATIVES = "imagenet_negatives"  # the photos without people that data.negatives names
-_IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-_IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 Transform = Callable[..., dict]
 
 
 class SegDataset(Dataset):
-    """Image/mask pairs -> dicts: image float (3,H,W), mask long (H,W), id, source, skipped.
+    """Image/mask pairs -> dicts ``image``, ``mask``, ``id``, ``source``, ``skipped``.
 
     Mask values: 0 background, 1 person, 255 ignore. ``transform`` is an albumentations pipeline
-    (see ``seg.data.transforms``) called as ``transform(image=..., mask=...)`` that ends in a
-    tensor conversion; without one the image is only normalised (ImageNet statistics).
-    With ``on_bad_sample="skip"`` a bad pair is logged and replaced by the next good one;
-    ``skipped`` in the returned sample counts how many were passed over to reach it. With
-    ``drop_bad`` (evaluation: no image may count twice) it is returned as ``{"id", "source",
-    "bad": message}`` instead, for the collate function to drop and count.
+    built from the config (``seg.data.transforms``: it normalises with ``aug.mean``/``aug.std``)
+    called as ``transform(image=..., mask=...)``: ``image`` float (3, H, W), ``mask`` long
+    (H, W). Without one the pair is returned as read: ``image`` uint8 (H, W, 3) RGB, ``mask``
+    uint8 (H, W); nothing is normalised behind the config's back.
+
+    Bad pairs are decided here, and only here. ``on_bad_sample="error"``: the pair's
+    ``BadSampleError``. ``"skip"``: logged, and in training replaced by the next good pair
+    (``skipped`` counts the pairs passed over to reach it); with ``drop_bad`` (evaluation: no
+    image may count twice) returned as ``{"id", "source", "bad": message}`` instead, which
+    :func:`seg.data.batching.split_bad` separates from the good samples of a batch.
     """
 
     def __init__(
@@ -56,55 +58,44 @@ class SegDataset(Dataset):
         refs: list[SampleRef],
         transform: Transform | None = None,
         on_bad_sample: BadSamplePolicy = BadSamplePolicy.error,
-        mask_resize_tolerance: float = 0.01,
         drop_bad: bool = False,
     ) -> None:
         self.refs = list(refs)
         self.drop_bad = drop_bad
         self.transform = transform
         self.on_bad_sample = BadSamplePolicy(on_bad_sample)
-        self.mask_resize_tolerance = mask_resize_tolerance
 
     def __len__(self) -> int:
         return len(self.refs)
 
     def load_raw(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Return uint8 RGB (H, W, 3) and uint8 mask (H, W) in {0, 1, 255}, same size."""
-        image, mask, _ = read_pair(self.refs[index], self.mask_resize_tolerance)
+        image, mask, _ = read_pair(self.refs[index])
         return image, mask
 
     def __getitem__(self, index: int) -> dict:
         for skipped in range(len(self.refs)):
-            i = (index + skipped) % len(self.refs)
+            ref = self.refs[(index + skipped) % len(self.refs)]
             try:
-                image, mask = self.load_raw(i)
+                image, mask = self.load_raw((index + skipped) % len(self.refs))
             except BadSampleError as err:
                 if self.on_bad_sample is BadSamplePolicy.error:
                     raise
                 log.warning("skipping bad sample %s", err)
                 if self.drop_bad:
-                    return {"id": self.refs[i].id, "source": self.refs[i].source, "bad": str(err)}
+                    return {"id": ref.id, "source": ref.source, "bad": str(err)}
                 continue
-            sample = self._to_tensors(image, mask)
-            ref = self.refs[i]
-            sample.update(id=ref.id, source=ref.source, skipped=skipped)
-            return sample
+            sample: dict = {"image": image, "mask": mask}
+            if self.transform is not None:
+                out = self.transform(image=image, mask=mask)
+                sample = {"image": out["image"], "mask": torch.as_tensor(out["mask"]).long()}
+            return {**sample, "id": ref.id, "source": ref.source, "skipped": skipped}
         raise DataError(f"all {len(self.refs)} samples of the dataset are bad (see the log)")
 
-    def _to_tensors(self, image: np.ndarray, mask: np.ndarray) -> dict:
-        if self.transform is not None:
-            out = self.transform(image=image, mask=mask)
-            return {"image": out["image"], "mask": torch.as_tensor(out["mask"]).long()}
-        normalised = (image.astype(np.float32) / 255.0 - _IMAGENET_MEAN) / _IMAGENET_STD
-        return {
-            "image": torch.from_numpy(normalised.transpose(2, 0, 1).copy()),
-            "mask": torch.from_numpy(mask).long(),
-        }
 
-
-def read_pair(ref: SampleRef, tolerance: float) -> tuple[np.ndarray, np.ndarray, bool]:
+def read_pair(ref: SampleRef) -> tuple[np.ndarray, np.ndarray, bool]:
     """uint8 RGB (H, W, 3), its uint8 mask (H, W) in {0, 1, 255}, and whether the mask file was
-    smaller than the photo and resized to it (within ``tolerance``, see ``fit_mask_to_image``).
+    smaller than the photo and resized to it (``fit_mask_to_image``).
     A ref without a mask file is a photo without people: all background."""
     image = read_image(ref.image)
     spec = ref.mask_spec
@@ -114,7 +105,7 @@ def read_pair(ref: SampleRef, tolerance: float) -> tuple[np.ndarray, np.ndarray,
         return image, read_yolo_mask(ref.mask, image.shape[:2]), False
     raw = read_mask_array(ref.mask, spec.mat_key)
     mask = encode_mask(raw, spec.encoding, ref.mask, spec.alpha_threshold, spec.ignore_value)
-    fitted = fit_mask_to_image(mask, image.shape[:2], ref.mask, tolerance)
+    fitted = fit_mask_to_image(mask, image.shape[:2], ref.mask)
     return image, fitted, fitted.shape != mask.shape
 
 
@@ -238,7 +229,7 @@ def build_dataset(cfg: DataConfig, split: str, transform: Transform | None = Non
         raise ConfigError(f"unknown split {split!r}; valid: {list(SPLITS)}")
     names = train_source_names(cfg) if split == "train" else source_names(cfg)
     refs = [ref for name in names for ref in list_source(cfg, name).split_refs(split)]
-    return SegDataset(refs, transform, cfg.on_bad_sample, cfg.mask_resize_tolerance)
+    return SegDataset(refs, transform, cfg.on_bad_sample)
 
 
 def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = None) -> SegDataset:
@@ -248,7 +239,7 @@ def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = Non
     onto them as onto any other."""
     people = build_dataset(data, "train")
     refs = people.refs + negative_refs(data, len(people), seed or 0)
-    dataset = SegDataset(refs, None, data.on_bad_sample, data.mask_resize_tolerance)
+    dataset = SegDataset(refs, None, data.on_bad_sample)
     dataset.transform = build_train_transform(aug, seed, pool=people)
     return dataset
 
@@ -263,7 +254,6 @@ def build_eval_datasets(
             list_source(cfg, name).split_refs(split),
             transform,
             cfg.on_bad_sample,
-            cfg.mask_resize_tolerance,
             drop_bad=True,
         )
         for name in source_names(cfg)

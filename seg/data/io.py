@@ -187,8 +187,16 @@ def encode_mask(
     return mask
 
 
+# A mask smaller than its photo is resized to it when their aspect ratios agree within this
+# (relative): vikram_human_seg stores masks at a rounded fraction of the photo's size.
+MASK_ASPECT_TOLERANCE = 0.01
+
+
 def fit_mask_to_image(
-    mask: np.ndarray, image_hw: tuple[int, int], path: Path, tolerance: float
+    mask: np.ndarray,
+    image_hw: tuple[int, int],
+    path: Path,
+    tolerance: float = MASK_ASPECT_TOLERANCE,
 ) -> np.ndarray:
     """Return ``mask`` at the image's size.
 

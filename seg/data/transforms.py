@@ -5,8 +5,8 @@ and return ``image`` float32 tensor (3, H, W), normalised with ``cfg.mean``/``cf
 ``mask`` uint8 tensor (H, W) (the dataset casts it to long).
 
 Masks are always resized and warped with nearest-neighbour, so they stay discrete; pixels that a
-shift, rotation or pad brings in get ``cfg.image_fill`` in the image and ``cfg.mask_fill`` in the
-mask (255 = ignored by the loss by default, 0 = background).
+shift, rotation or pad brings in get ``IMAGE_FILL`` (0, black, as mmsegmentation pads) in the
+image and ``cfg.mask_fill`` in the mask (255 = ignored by the loss by default, 0 = background).
 
 Seeding (albumentations 2.0.x): a ``Compose`` holds its own random generators, seeded once when
 it is built, and global ``random``/``numpy``/``torch`` seeds do not reach them. DataLoader workers
@@ -31,15 +31,36 @@ import torch
 from albumentations.augmentations.geometric import functional as fgeometric
 from albumentations.pytorch import ToTensorV2
 
-from seg.config import AugConfig
-from seg.data.aug_params import AugParams, check_aug_config
+from seg.config import AugConfig, Interpolation
+from seg.config.data import check_aug_config_ranges
 from seg.data.copy_paste import PastePeople, RawPool
 from seg.errors import ConfigError
 
+IMAGE_FILL = 0  # image pixels that a shift, rotation or pad brings in (before normalisation)
+_INTERPOLATIONS = {
+    Interpolation.nearest: cv2.INTER_NEAREST,
+    Interpolation.linear: cv2.INTER_LINEAR,
+    Interpolation.cubic: cv2.INTER_CUBIC,
+    Interpolation.area: cv2.INTER_AREA,
+}
 
-def _degradations(p: AugParams) -> list[A.BasicTransform]:
+
+def check_aug_config(cfg: AugConfig) -> AugConfig:
+    """``cfg`` with its ranges checked again (it may have been changed in place since it was
+    made): what every builder of a transform, and everything that reads a checkpoint's
+    augmentation settings, calls first."""
+    check_aug_config_ranges(cfg)
+    return cfg
+
+
+def _interpolation(cfg: AugConfig) -> int:
+    """``cfg.interpolation`` as OpenCV's flag (images only; masks are always nearest)."""
+    return _INTERPOLATIONS[Interpolation(cfg.interpolation)]
+
+
+def _degradations(p: AugConfig) -> list[A.BasicTransform]:
     """Image-only defects of cameras and of the web, each behind its own switch for ablations."""
-    lo, hi = p.blur_limit
+    lo, hi = int(p.blur_limit[0]), int(p.blur_limit[1])
     sigma_hi = 0.3 * ((hi - 1) * 0.5 - 1) + 0.8  # what OpenCV derives from the largest kernel
     blur = A.OneOf(
         [
@@ -51,13 +72,13 @@ def _degradations(p: AugParams) -> list[A.BasicTransform]:
     chosen = [
         (p.gray_p, A.ToGray(p=p.gray_p)),
         (p.blur_p, blur),
-        (p.noise_p, A.GaussNoise(std_range=p.noise_std, p=p.noise_p)),
-        (p.jpeg_p, A.ImageCompression(quality_range=p.jpeg_quality, p=p.jpeg_p)),
+        (p.noise_p, A.GaussNoise(std_range=tuple(p.noise_std), p=p.noise_p)),
+        (p.jpeg_p, A.ImageCompression(quality_range=tuple(p.jpeg_quality), p=p.jpeg_p)),
     ]
     return [transform for prob, transform in chosen if prob > 0]
 
 
-def _wide_rotation(p: AugParams, fills: dict[str, Any]) -> list[A.BasicTransform]:
+def _wide_rotation(p: AugConfig, fills: dict[str, Any]) -> list[A.BasicTransform]:
     """The pose switch: a rotation uniform in +-``rotate_wide`` with ``rotate_wide_p`` (none
     at 0, so the default pipeline is the one built before it existed)."""
     if p.rotate_wide_p == 0:
@@ -65,7 +86,7 @@ def _wide_rotation(p: AugParams, fills: dict[str, Any]) -> list[A.BasicTransform
     return [
         A.Rotate(
             limit=(-p.rotate_wide, p.rotate_wide),
-            interpolation=p.interpolation,
+            interpolation=_interpolation(p),
             mask_interpolation=cv2.INTER_NEAREST,
             p=p.rotate_wide_p,
             **fills,
@@ -100,25 +121,27 @@ def build_train_transform(
             "pool=<the training dataset> (seg.data.build_train_dataset does) or set aug.paste_p=0"
         )
     crop_h, crop_w = p.crop_size
-    fills = {"border_mode": cv2.BORDER_CONSTANT, "fill": p.image_fill, "fill_mask": p.mask_fill}
-    photometric = [A.ColorJitter(**p.jitter, p=p.photometric_p)] if p.photometric else []
+    fills = {"border_mode": cv2.BORDER_CONSTANT, "fill": IMAGE_FILL, "fill_mask": p.mask_fill}
+    jitter = {k: getattr(p, k) for k in ("brightness", "contrast", "saturation", "hue")}
+    photometric = [A.ColorJitter(**jitter, p=p.photometric_p)] if p.photometric else []
     paste = []
     if p.paste_p > 0:
-        paste = [PastePeople(pool, p.paste_max_people, p.paste_scale, p.paste_feather, p.paste_p)]
+        scale = (p.paste_scale[0], p.paste_scale[1])
+        paste = [PastePeople(pool, p.paste_max_people, scale, p.paste_feather, p.paste_p)]
     transforms = [
         *paste,
         A.LongestMaxSize(
-            max_size=p.train_size,
-            interpolation=p.interpolation,
+            max_size=max(p.crop_size) if p.train_size is None else p.train_size,
+            interpolation=_interpolation(p),
             mask_interpolation=cv2.INTER_NEAREST,
         ),
         A.Affine(
             # A dict draws x and y shifts independently; keep_ratio makes the scale isotropic.
             translate_percent={"x": (-p.shift, p.shift), "y": (-p.shift, p.shift)},
-            scale=p.scale,
+            scale=(p.scale[0], p.scale[1]),
             keep_ratio=True,
             rotate=(-p.rotate, p.rotate),
-            interpolation=p.interpolation,
+            interpolation=_interpolation(p),
             mask_interpolation=cv2.INTER_NEAREST,
             p=p.affine_p,
             **fills,
@@ -204,7 +227,7 @@ def build_eval_transform(cfg: AugConfig) -> A.Compose:
     keep-ratio rule): the image is resized, aspect ratio kept, by
     ``s = min(max(eval_size) / max(h, w), min(eval_size) / min(h, w))``, so that a landscape
     photo gets the scale of its transpose, as in training (whose ``LongestMaxSize`` ignores
-    orientation too). It is then padded at the bottom and right (image ``cfg.image_fill``,
+    orientation too). It is then padded at the bottom and right (image ``IMAGE_FILL``,
     mask ``cfg.mask_fill``) to the canvas :func:`oriented_canvas` gives: ``eval_size`` for
     portrait or square content with a portrait ``eval_size``, transposed for landscape content.
     Predictions are cropped back to ``[:h', :w']`` with
@@ -214,8 +237,8 @@ def build_eval_transform(cfg: AugConfig) -> A.Compose:
     """
     p = check_aug_config(cfg)
     transforms = [
-        LongShortResize(max(p.eval_size), min(p.eval_size), p.interpolation),
-        PadToCanvas(p.eval_size, fill=p.image_fill, fill_mask=p.mask_fill),
+        LongShortResize(max(p.eval_size), min(p.eval_size), _interpolation(p)),
+        PadToCanvas(p.eval_size, fill=IMAGE_FILL, fill_mask=p.mask_fill),
         A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0),
         ToTensorV2(),
     ]
@@ -224,9 +247,9 @@ def build_eval_transform(cfg: AugConfig) -> A.Compose:
 
 def eval_pad_value(cfg: AugConfig) -> tuple[float, float, float]:
     """What the eval preset's padded image pixels hold after normalisation, per channel:
-    ``cfg.image_fill`` through the same ``Normalize`` (the value to pad batches with)."""
+    ``IMAGE_FILL`` through the same ``Normalize`` (the value to pad batches with)."""
     p = check_aug_config(cfg)
-    pixel = np.full((1, 1, 3), p.image_fill, np.uint8)
+    pixel = np.full((1, 1, 3), IMAGE_FILL, np.uint8)
     out = A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0)(image=pixel)["image"]
     return float(out[0, 0, 0]), float(out[0, 0, 1]), float(out[0, 0, 2])
 
@@ -277,7 +300,7 @@ def denormalize(image: torch.Tensor, mean: Sequence[float], std: Sequence[float]
 
 
 __all__ = [
-    "AugParams",
+    "IMAGE_FILL",
     "build_eval_transform",
     "build_train_transform",
     "check_aug_config",

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from seg import distributed as du
-from seg.data import pad_batch, run_by_size
+from seg.data import pad_batch, run_by_size, split_bad
 from seg.data.transforms import denormalize
 from seg.errors import DataError, UserError
 from seg.evaluation.panels import three_panels
@@ -185,7 +185,7 @@ class MetricLogger:
         if self.tb is None or dataset is None or self.val_images <= 0:
             return
         samples = (dataset[i] for i in range(min(self.val_images, len(dataset))))
-        self.val_samples = [s for s in samples if "bad" not in s]
+        self.val_samples = split_bad(list(samples))[0]
 
     @torch.no_grad()
     def log_val_images(

@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from enum import Enum
 
 import torch
 from torch import nn
 from torch.optim import SGD, AdamW, Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from seg.config import OptimConfig
+from seg.config import OptimConfig, OptimizerName, ScheduleName
 from seg.devices import native_bf16, warn_if_emulated_bf16
 from seg.errors import ConfigError
 
@@ -24,10 +23,6 @@ _NORMS = (
     nn.LayerNorm,
     nn.modules.instancenorm._InstanceNorm,
 )
-
-
-def _value(x: object) -> str:
-    return x.value if isinstance(x, Enum) else str(x)
 
 
 def param_groups(
@@ -72,9 +67,9 @@ OPTIMIZERS: dict[str, Callable[[list[dict], OptimConfig], Optimizer]] = {
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> Optimizer:
     """``optim.name`` (sgd | adamw) over ``model``'s trainable parameters."""
-    name = _value(cfg.name)
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"unknown optim.name {name!r}; valid names: {sorted(OPTIMIZERS)}")
+    if cfg.name not in set(OptimizerName):  # a plain dataclass, not composed through the schema
+        raise ConfigError(f"unknown optim.name {cfg.name!r}; valid names: {sorted(OPTIMIZERS)}")
+    name = OptimizerName(cfg.name).value
     groups = param_groups(model, cfg.weight_decay, cfg.norm_weight_decay, cfg.backbone_lr_mult)
     optimizer = OPTIMIZERS[name](groups, cfg)
     for group in optimizer.param_groups:  # LambdaLR scales each group's initial_lr
@@ -128,7 +123,7 @@ def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, total_steps: int) ->
     """Per-optimiser-step schedule over ``total_steps`` (call ``.step()`` after each step)."""
     schedule = WarmupSchedule(
         total_steps,
-        _value(cfg.schedule),
+        ScheduleName(cfg.schedule).value,
         cfg.warmup_steps,
         power=cfg.power,
         min_lr_ratio=cfg.min_lr_ratio,

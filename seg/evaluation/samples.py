@@ -1,7 +1,8 @@
 """The evaluation's samples: raw images and masks at their own size, any dataset and split.
 
 Unlike training's datasets, a bad pair under ``on_bad_sample=skip`` is dropped (and reported),
-never replaced by its neighbour, so that no image is counted twice.
+never replaced by its neighbour, so that no image is counted twice (``SegDataset(drop_bad=True)``
+decides; ``seg.data.split_bad`` separates).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from seg.config import BadSamplePolicy, DataConfig
-from seg.data import BadSampleError, SegDataset, list_source, source_names
+from seg.config import DataConfig
+from seg.data import SegDataset, list_source, source_names
 from seg.data.batching import pixel_batches
 from seg.data.io import header_pixels
 from seg.data.listing import natural_key
@@ -50,7 +51,7 @@ def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
             refs = refs[:max_images]
         if not refs:
             log.warning("%s has no %s samples", source, split)
-        dataset = SegDataset(refs, None, cfg.on_bad_sample, cfg.mask_resize_tolerance)
+        dataset = SegDataset(refs, None, cfg.on_bad_sample, drop_bad=True)
         items += [Item(len(items) + i, source, dataset, i) for i in range(len(refs))]
     if not items:
         raise DataError(f"no samples to evaluate in split {split!r} of {source_names(cfg)}")
@@ -58,40 +59,30 @@ def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
 
 
 class RawSamples(Dataset):
-    """``items`` -> dicts ``image`` uint8 (H, W, 3), ``mask`` uint8 (H, W) {0, 1, 255},
-    ``index``, or ``bad`` (a message) for a bad pair under ``policy=skip``, as in training's
-    validation (``SegDataset(drop_bad=True)``)."""
+    """``items`` -> their datasets' raw samples (``image`` uint8 (H, W, 3), ``mask`` uint8
+    (H, W) {0, 1, 255}, or ``bad``: a message), each with its ``index``."""
 
-    def __init__(self, items: list[Item], policy: BadSamplePolicy) -> None:
+    def __init__(self, items: list[Item]) -> None:
         self.items = items
-        self.policy = BadSamplePolicy(policy)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         item = self.items[i]
-        try:
-            image, mask = item.dataset.load_raw(item.position)
-        except BadSampleError as err:
-            if self.policy is BadSamplePolicy.error:
-                raise
-            return {"index": item.index, "bad": str(err)}
-        return {"index": item.index, "image": image, "mask": mask}
+        return {**item.dataset[item.position], "index": item.index}
 
 
 def _as_list(batch: list[dict]) -> list[dict]:
     return batch
 
 
-def raw_loader(
-    items: list[Item], policy: BadSamplePolicy, batch_size: int, num_workers: int
-) -> DataLoader:
+def raw_loader(items: list[Item], batch_size: int, num_workers: int) -> DataLoader:
     """Batches (lists) of :class:`RawSamples` read by ``num_workers`` processes, in order, of
     at most ``batch_size`` images and ``MAX_BATCH_PIXELS`` pixels (sizes from the headers)."""
     pixels = [header_pixels(item.dataset.refs[item.position].image) for item in items]
     return DataLoader(
-        RawSamples(items, policy),
+        RawSamples(items),
         batch_sampler=pixel_batches(pixels, batch_size),
         num_workers=num_workers,
         collate_fn=_as_list,

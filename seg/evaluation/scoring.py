@@ -23,6 +23,7 @@ from tqdm import tqdm
 from seg import distributed as du
 from seg.checkpoint import checkpoint_file
 from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig, InferencePrecision
+from seg.data import split_bad
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
 from seg.errors import DataError
@@ -72,12 +73,11 @@ def score_items(
     totals = {s: SegMetrics(num_classes) for s in sources}
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
-    policy = items[0].dataset.on_bad_sample if items else "error"
     show = cfg.progress and du.is_main_process()
     bar = tqdm(total=len(items), unit="img", desc="evaluating", disable=None if show else True)
-    for batch in raw_loader(items, policy, cfg.batch_size, cfg.num_workers) if items else []:
-        skipped += [s["bad"] for s in batch if "bad" in s]
-        good = [s for s in batch if "bad" not in s]
+    for batch in raw_loader(items, cfg.batch_size, cfg.num_workers) if items else []:
+        good, bad = split_bad(batch)
+        skipped += bad
         labels = predictor.labels([s.pop("image") for s in good])  # the photos are done with
         for sample, label in zip(good, labels, strict=True):
             item = by_index[sample["index"]]

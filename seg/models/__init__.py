@@ -5,14 +5,13 @@ Their descriptions (``ModelConfig``) live in ``seg.config``, which imports no to
 
 from seg.models.build import MODELS, build_model, num_columns
 from seg.models.layers import SegmentationModel
-from seg.models.multicolumn import ColumnSpec, MultiColumnSegNet
+from seg.models.multicolumn import MultiColumnSegNet
 from seg.models.summary import count_flops, format_summary, summarize_model
 from seg.models.torchvision_models import TorchvisionSegNet
 from seg.models.unet import UNet
 
 __all__ = [
     "MODELS",
-    "ColumnSpec",
     "MultiColumnSegNet",
     "SegmentationModel",
     "TorchvisionSegNet",

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from enum import Enum
 
 import torch
 
-from seg.config import ModelConfig
+from seg.config import ModelConfig, ModelName
 from seg.errors import ConfigError
 from seg.models.backbones import (
     BACKBONES,
@@ -19,37 +18,18 @@ from seg.models.backbones import (
     load_backbone_weights,
 )
 from seg.models.layers import SegmentationModel
-from seg.models.multicolumn import BackboneColumn, ColumnSpec, MultiColumnSegNet
+from seg.models.multicolumn import BackboneColumn, MultiColumnSegNet
 from seg.models.torchvision_models import TorchvisionSegNet, build_torchvision_net
 from seg.models.unet import UNet
 
 log = logging.getLogger(__name__)
 
 
-def _value(x: object) -> str:
-    """An enum member (typed config) or its plain string (dict config) -> the string."""
-    return x.value if isinstance(x, Enum) else str(x)
-
-
 def _multicolumn(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
-    columns = [
-        ColumnSpec(
-            name=str(c.name),
-            input_scale=float(c.input_scale),
-            widths=tuple(c.widths),
-            blocks=tuple(c.blocks),
-            backbone=c.backbone or None,
-            freeze_bn=bool(c.freeze_bn),
-            frozen_stages=int(c.frozen_stages),
-            fp32=bool(c.fp32),
-        )
-        for c in cfg.columns
-    ]
     model = MultiColumnSegNet(
-        columns,
+        list(cfg.columns),
         num_classes=cfg.num_classes,
         exchange_stages=list(cfg.exchange_stages),
-        exchange_mode=_value(cfg.exchange_mode),
         decoder_channels=cfg.decoder_channels,
         decoder_stride=cfg.decoder_stride,
         aux_heads=cfg.aux_heads,
@@ -77,7 +57,9 @@ def _unet(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
 
 
 def _torchvision(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
-    net = build_torchvision_net(_value(cfg.name), cfg.num_classes, cfg.aux_heads, pretrained)
+    net = build_torchvision_net(
+        ModelName(cfg.name).value, cfg.num_classes, cfg.aux_heads, pretrained
+    )
     return TorchvisionSegNet(net, channels_last=cfg.channels_last)
 
 
@@ -95,7 +77,7 @@ def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
     (no pretrained weights: any normalisation trains)."""
     if not cfg.pretrained:
         return None
-    if _value(cfg.name) != "multicolumn":
+    if cfg.name != ModelName.multicolumn:
         return IMAGENET_MEAN, IMAGENET_STD  # torchvision's ImageNet weights
     backbones = [backbone_spec(c.backbone) for c in cfg.columns if c.backbone]
     specs = {(spec.mean, spec.std) for spec in backbones}
@@ -109,7 +91,7 @@ def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
 
 def num_columns(cfg: ModelConfig) -> int:
     """How many columns (devices for ``model.place``) the model of ``cfg`` has."""
-    return len(cfg.columns) if _value(cfg.name) == "multicolumn" else 1
+    return len(cfg.columns) if cfg.name == ModelName.multicolumn else 1
 
 
 def build_model(cfg: ModelConfig, pretrained: bool | None = None) -> SegmentationModel:
@@ -120,9 +102,9 @@ def build_model(cfg: ModelConfig, pretrained: bool | None = None) -> Segmentatio
     downloaded). Returns a module with ``forward(x) -> {"out": (B,K,H,W), "aux": [...]}``.
     Raises ``ValueError`` naming the bad value for an unknown name or an inconsistent layout.
     """
-    name = _value(cfg.name)
-    if name not in MODELS:
-        raise ConfigError(f"unknown model.name {name!r}; valid names: {sorted(MODELS)}")
+    if cfg.name not in set(ModelName):  # a plain dataclass, not composed through the schema
+        raise ConfigError(f"unknown model.name {cfg.name!r}; valid names: {sorted(MODELS)}")
+    name = ModelName(cfg.name).value
     if cfg.num_classes < 1:
         raise ConfigError(f"model.num_classes must be >= 1, got {cfg.num_classes}")
     if cfg.pretrained and name == "unet":

@@ -17,32 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seg.config import ColumnConfig
 from seg.errors import ConfigError
 from seg.models.backbones import backbone_spec
 from seg.models.layers import ConvBNReLU, SegmentationModel, pad_to_multiple, resize_to
 
 VALID_INPUT_SCALES = (1.0, 0.5, 0.25, 0.125)
-EXCHANGE_MODES = ("concat", "sum")
-
-
-@dataclass(frozen=True)
-class ColumnSpec:
-    """Shape of one column: see ``seg.config.ColumnConfig``."""
-
-    name: str
-    input_scale: float
-    widths: tuple[int, ...]
-    blocks: tuple[int, ...]
-    backbone: str | None = None  # a pretrained backbone instead of conv stages (backbones.py)
-    freeze_bn: bool = True  # backbone only: keep its BatchNorm statistics (eval mode)
-    frozen_stages: int = 0  # backbone only: its first N stages are not trained at all
-    fp32: bool = False  # backbone only: run it in float32 under autocast too
 
 
 class Column(nn.Module):
@@ -191,15 +176,15 @@ class FusionDecoder(nn.Module):
         return self.classifier(y)
 
 
-def _with_backbone_widths(spec: ColumnSpec) -> ColumnSpec:
+def _with_backbone_widths(spec: ColumnConfig) -> ColumnConfig:
     """A backbone column's widths are its backbone's stage channels, whatever the spec said."""
     if not spec.backbone:
         return spec
-    channels = backbone_spec(spec.backbone).channels
-    return dataclasses.replace(spec, widths=channels, blocks=(1,) * len(channels))
+    channels = list(backbone_spec(spec.backbone).channels)
+    return dataclasses.replace(spec, widths=channels, blocks=[1] * len(channels))
 
 
-def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mode: str) -> None:
+def _validate(columns: list[ColumnConfig], exchange_stages: list[int]) -> None:
     if not columns:
         raise ConfigError("a multi-column model needs at least one column, got none")
     for spec in columns:
@@ -232,8 +217,6 @@ def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mo
     if len(num_stages) > 1:
         stages = {spec.name: len(spec.widths) for spec in columns}
         raise ConfigError(f"all columns need the same number of stages, got {stages}")
-    if exchange_mode not in EXCHANGE_MODES:
-        raise ConfigError(f"exchange_mode {exchange_mode!r} is not one of {EXCHANGE_MODES}")
     if exchange_stages and len(columns) < 2:
         raise ConfigError(f"exchange_stages {exchange_stages} need at least two columns")
     last = len(columns[0].widths) - 1
@@ -243,13 +226,15 @@ def _validate(columns: list[ColumnSpec], exchange_stages: list[int], exchange_mo
                 f"exchange stage {stage} is out of range: a later stage must consume it, "
                 f"so valid stages are 0..{last - 1}"
             )
-        widths = {spec.name: spec.widths[stage] for spec in columns}
-        if exchange_mode == "sum" and len(set(widths.values())) > 1:
-            raise ConfigError(f"exchange_mode 'sum' needs equal widths at stage {stage}: {widths}")
 
 
 class MultiColumnSegNet(SegmentationModel):
     """N encoder columns, feature exchange at chosen stages, fusion decoder, optional aux heads.
+
+    ``columns`` are the model config's own column descriptions (``seg.config.ColumnConfig``;
+    their ``weights`` is the builder's business). At an exchange stage a column's next stage
+    sees its own channels followed by the others' (a backbone column adds them, see
+    :class:`BackboneColumn`).
 
     Any input size works: the input is zero-padded to a multiple of :attr:`size_divisor` and the
     logits are cropped back. Output: ``{"out": (B,K,H,W), "aux": [(B,K,H,W) per column]}``,
@@ -258,10 +243,9 @@ class MultiColumnSegNet(SegmentationModel):
 
     def __init__(
         self,
-        columns: list[ColumnSpec],
+        columns: list[ColumnConfig],
         num_classes: int = 2,
         exchange_stages: list[int] | None = None,
-        exchange_mode: str = "concat",
         decoder_channels: int = 32,
         decoder_stride: int = 4,
         aux_heads: bool = False,
@@ -270,16 +254,15 @@ class MultiColumnSegNet(SegmentationModel):
         super().__init__(channels_last)
         columns = [_with_backbone_widths(spec) for spec in columns]
         exchange_stages = sorted(set(exchange_stages or []))
-        _validate(columns, exchange_stages, exchange_mode)
+        _validate(columns, exchange_stages)
         self.specs = list(columns)
         self.exchange_stages = exchange_stages
-        self.exchange_mode = exchange_mode
         num_stages = len(columns[0].widths)
         self.size_divisor = max(round(2**num_stages / c.input_scale) for c in columns)
         self.columns = nn.ModuleList(
             BackboneColumn(
                 spec.backbone,
-                self._extra_in(j, num_stages, True),
+                self._extra_in(j, num_stages),
                 spec.freeze_bn,
                 spec.frozen_stages,
                 spec.fp32,
@@ -308,13 +291,11 @@ class MultiColumnSegNet(SegmentationModel):
             )
         self.devices = [torch.device("cpu")] * len(columns)  # built on the CPU: see place()
 
-    def _extra_in(self, j: int, num_stages: int, backbone: bool = False) -> tuple[int, ...]:
-        """Channels that the other columns add to column j's stage inputs (concat exchange;
-        a backbone column projects them in whatever the mode)."""
+    def _extra_in(self, j: int, num_stages: int) -> tuple[int, ...]:
+        """Channels that the other columns add to column j's stage inputs."""
         extra = [0] * num_stages
-        if self.exchange_mode == "concat" or backbone:
-            for stage in self.exchange_stages:
-                extra[stage + 1] = sum(c.widths[stage] for k, c in enumerate(self.specs) if k != j)
+        for stage in self.exchange_stages:
+            extra[stage + 1] = sum(c.widths[stage] for k, c in enumerate(self.specs) if k != j)
         return tuple(extra)
 
     @property
@@ -360,11 +341,7 @@ class MultiColumnSegNet(SegmentationModel):
         column = self.columns[j]
         if isinstance(column, BackboneColumn):
             return column.join(stage + 1, own, others)
-        if self.exchange_mode == "concat":
-            return torch.cat([own, *others], dim=1)
-        for other in others:
-            own = own + other
-        return own
+        return torch.cat([own, *others], dim=1)
 
     def encode(self, x: Tensor) -> list[list[Tensor]]:
         """Padded (B,3,H,W) on devices[0] -> features[j][i] of column j at stage i."""
