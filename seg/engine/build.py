@@ -1,6 +1,6 @@
 """``setup(cfg, ckpt) -> Parts``: the one place that reads the config to build what training
-needs (model wrapped in DDP once, loss, optimiser, schedule, scaler, loaders), restored from a
-checkpoint when resuming."""
+needs (the training step: model wrapped in DDP once, loss, optimiser, schedule, scaler; the
+loaders; what steers the run), restored from a checkpoint when resuming."""
 
 from __future__ import annotations
 
@@ -36,9 +36,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
-class Parts(Stepper):
-    """Everything ``setup`` builds: the training step's parts (``Stepper``) and the rest."""
+class Parts:
+    """Everything ``setup`` builds."""
 
+    stepper: Stepper  # the training step: model (DDP), loss, optimiser, schedule, precision
     cuda_devices: list[torch.device]  # every GPU of this replica (their RNG states are saved)
     train_loader: DataLoader
     sampler: ResumableSampler
@@ -191,9 +192,8 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
         )
     total = t.epochs * steps_per_epoch
     total = min(total, t.max_steps) if t.max_steps > 0 else total
-    stepper = build_stepper(model, model_without_ddp, cfg, total)
     parts = Parts(
-        **{f.name: getattr(stepper, f.name) for f in dataclasses.fields(Stepper)},
+        stepper=build_stepper(model, model_without_ddp, cfg, total),
         cuda_devices=sorted({d for d in devices if d.type == "cuda"}, key=str),
         train_loader=loader,
         sampler=sampler,
@@ -216,7 +216,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
 def restore_states(p: Parts, ckpt: dict[str, Any]) -> None:
     """Optimiser, schedule position, scaler and this rank's random states from ``ckpt``."""
     try:
-        p.optimizer.load_state_dict(ckpt["optimizer"])
+        p.stepper.optimizer.load_state_dict(ckpt["optimizer"])
     except ValueError as err:  # torch: a different number or size of parameter groups
         raise CheckpointError(
             f"the checkpoint's optimiser state does not fit this run's parameter groups "
@@ -227,9 +227,9 @@ def restore_states(p: Parts, ckpt: dict[str, Any]) -> None:
         ) from err
     # The schedule's shape comes from the current config (a longer max_steps re-plans the rest
     # of the decay); only its position is restored.
-    p.scheduler.load_state_dict({**ckpt["scheduler"], "lr_lambdas": [None]})
-    if ckpt["scaler"] and p.scaler.is_enabled():
-        p.scaler.load_state_dict(ckpt["scaler"])
+    p.stepper.scheduler.load_state_dict({**ckpt["scheduler"], "lr_lambdas": [None]})
+    if ckpt["scaler"] and p.stepper.scaler.is_enabled():
+        p.stepper.scaler.load_state_dict(ckpt["scaler"])
     if len(ckpt["rng"]) == du.world_size():
         restore_rng(ckpt["rng"][du.rank()], p.transforms, p.cuda_devices)
     else:

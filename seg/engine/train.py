@@ -137,22 +137,24 @@ def _run(
     if main:
         info = {
             "world_size": du.world_size(),
-            "devices": [str(d) for d in p.model_without_ddp.devices],
+            "devices": [str(d) for d in p.stepper.model_without_ddp.devices],
         }
         info.update(torch=torch.__version__, restart=du.restart_count(), resumed_from=ckpt_path)
         write_run_files(run_dir, cfg, info)
         save_splits(cfg.data, run_dir / "splits")
-        writer.log_model_summary(p.model_without_ddp, (1, 3, *cfg.aug.eval_size), state.step)
+        net = p.stepper.model_without_ddp
+        writer.log_model_summary(net, (1, 3, *cfg.aug.eval_size), state.step)
         writer.watch_val_images(p.val_loader.dataset if p.val_loader is not None else None)
+    precision = p.stepper.precision
     log.info(
         "run %s: %d replica(s) on %s, global batch %d, %d steps/epoch, %d steps, precision %s%s%s",
         run_dir,
         du.world_size(),
-        [str(d) for d in p.model_without_ddp.devices],
+        [str(d) for d in p.stepper.model_without_ddp.devices],
         p.global_batch,
         p.steps_per_epoch,
         p.total_steps,
-        p.precision if p.precision == str(t.precision) else f"{t.precision} -> {p.precision}",
+        precision if precision == str(t.precision) else f"{t.precision} -> {precision}",
         f", weight EMA (decay {t.ema_decay})" if p.ema is not None else "",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
@@ -172,7 +174,7 @@ def _run(
             if epoch_end:
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
             due = epoch_end and t.eval_every > 0 and state.epoch % t.eval_every == 0
-            check_finite_weights(p.model_without_ddp, state.step)  # before validating them
+            check_finite_weights(p.stepper.model_without_ddp, state.step)  # before validating them
             is_best = (
                 validate(p, state, cfg, writer) if due or state.step >= p.total_steps else False
             )
@@ -215,9 +217,9 @@ def train_one_epoch(
     """Train from pass ``state.batch_in_epoch`` of ``state.epoch`` to the epoch's end or the
     last step; logs every ``logging.log_every`` steps, saves every ``trainer.ckpt_every_steps``.
     A stop signal (``stop``) ends it after the current step, with a checkpoint of that step."""
-    t = cfg.trainer
+    t, stepper = cfg.trainer, p.stepper
     passes = p.steps_per_epoch * t.accumulate
-    meter = LossMeter(p.device)
+    meter = LossMeter(stepper.device)
     show = du.is_main_process() and cfg.logging.progress_bar
     bar = tqdm(
         total=p.steps_per_epoch,
@@ -228,7 +230,7 @@ def train_one_epoch(
     )
     window = (time.perf_counter(), state.step)
     clock = WaitClock()  # time spent waiting for batches, for perf/data_wait_fraction
-    p.model.train()
+    stepper.model.train()
     with logging_redirect_tqdm() if show else contextlib.nullcontext():
         for batch in clock.wrap(p.train_loader):
             if state.batch_in_epoch >= passes or state.step >= p.total_steps:
@@ -236,12 +238,12 @@ def train_one_epoch(
             state.batch_in_epoch += 1
             state.pending_skipped += int(batch["skipped"].sum())
             sync = state.batch_in_epoch % t.accumulate == 0
-            meter.add(p.forward_backward(batch["image"], batch["mask"], sync), state.step + 1)
+            meter.add(stepper.forward_backward(batch["image"], batch["mask"], sync), state.step + 1)
             if not sync:
                 continue
-            lr = p.optimizer_step()
+            lr = stepper.optimizer_step()
             if p.ema is not None:
-                p.ema.update(p.model_without_ddp)
+                p.ema.update(stepper.model_without_ddp)
             state.step += 1
             bar.update()
             end = state.batch_in_epoch >= passes or state.step >= p.total_steps
@@ -254,7 +256,7 @@ def train_one_epoch(
             after_step(state.step)
             # Under DDP the ranks agree at the steps that synchronise anyway (logging); alone,
             # the flag is read at every step.
-            if (logged or not du.is_distributed()) and stop.stop_requested(p.device):
+            if (logged or not du.is_distributed()) and stop.stop_requested(stepper.device):
                 if not save:
                     checkpoint_run(p, state, cfg, ckpts)
                 bar.close()
@@ -308,10 +310,10 @@ def _log_train(
 def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> bool:
     """Score the validation split (all ranks), record the target and the best; True if best."""
     t = cfg.trainer
-    model = p.model_without_ddp if p.ema is None else p.ema.module  # what checkpoints save
+    model = p.stepper.model_without_ddp if p.ema is None else p.ema.module  # what checkpoints save
     du.broadcast_buffers_(model)  # every rank scores rank 0's (saved) model
     totals, val_bad = evaluate(
-        model, p.val_loader, p.device, p.sources, cfg.model.num_classes, p.amp_dtype
+        model, p.val_loader, p.stepper.device, p.sources, cfg.model.num_classes, p.stepper.amp_dtype
     )
     if val_bad and not sum(int(m.confusion.sum()) for m in totals.values()):
         raise DataError(
@@ -319,7 +321,7 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
             "(data.on_bad_sample=skip dropped them; see the warnings above)"
         )
     # This rank's since the last validation, on the device the backend serves (NCCL: a GPU).
-    train_bad = torch.tensor(state.pending_skipped, device=p.device)
+    train_bad = torch.tensor(state.pending_skipped, device=p.stepper.device)
     state.train_skipped += int(du.all_reduce_sum_(train_bad))
     state.pending_skipped = 0
     state.metrics = validation_metrics(totals, p.selection)
@@ -328,7 +330,8 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     )
     writer.log(state.step, scalars(state.metrics))
     aug = cfg.aug
-    writer.log_val_images(state.step, model, p.device, aug.mean, aug.std, p.amp_dtype)
+    device, amp_dtype = p.stepper.device, p.stepper.amp_dtype
+    writer.log_val_images(state.step, model, device, aug.mean, aug.std, amp_dtype)
     state.tick()
     prefix = p.selection.prefix
     acc = state.metrics[prefix + "pixel_acc"]
@@ -380,12 +383,12 @@ def checkpoint_run(
     """Every rank contributes its random states; rank 0 writes. ``"model"`` holds the weights
     to use (the moving average with ``trainer.ema_decay``, which then adds the weights being
     trained as ``"train_model"`` and its update count for resuming)."""
-    check_finite_weights(p.model_without_ddp, state.step)  # never saved over a good one
+    check_finite_weights(p.stepper.model_without_ddp, state.step)  # never saved over a good one
     state.tick()
     rng = du.all_gather_object(capture_rng(p.transforms, p.cuda_devices))
     if ckpts.directory is None:
         return
-    weights = {"model": p.model_without_ddp.state_dict()}
+    weights = {"model": p.stepper.model_without_ddp.state_dict()}
     if p.ema is not None:
         weights = {
             "model": p.ema.module.state_dict(),
@@ -394,9 +397,9 @@ def checkpoint_run(
         }
     ckpt = {
         **weights,
-        "optimizer": p.optimizer.state_dict(),
-        "scheduler": p.scheduler.state_dict(),
-        "scaler": p.scaler.state_dict(),
+        "optimizer": p.stepper.optimizer.state_dict(),
+        "scheduler": p.stepper.scheduler.state_dict(),
+        "scaler": p.stepper.scaler.state_dict(),
         **state.as_dict(),
         "rng": rng,
         "config": config_to_dict(cfg),
