@@ -111,7 +111,11 @@ class DataConfig:
 class AugConfig:
     """Training and evaluation transforms (see seg/data/transforms.py)."""
 
-    # H, W of training samples; portrait-shaped like the data (eg_portrait is 800x600, ccp ~830x550)
+    # Keys by concern: sizes; geometry (the case study's four, and wide rotations); photometric
+    # jitter; person compositing; degradations; resampling and normalisation. Flat keys, so that
+    # every command line and checkpoint written so far stays valid.
+    # Sizes. H, W of training samples; portrait-shaped like the data (eg_portrait is 800x600,
+    # ccp ~830x550)
     crop_size: list[int] = field(default_factory=lambda: [256, 192])
     eval_size: list[int] = field(default_factory=lambda: [256, 192])  # H, W fed to the model
     # Long side each training photo is resized to before the affine step and the crop; null =
@@ -119,7 +123,7 @@ class AugConfig:
     # sharper photo, at the scale evaluation sees, for the cost of crop_size (mmseg's
     # resize-then-crop).
     train_size: int | None = None
-    # The case study's four augmentations.
+    # Geometry: the case study's four augmentations.
     shift: float = 0.1  # max translation, fraction of the side
     scale: list[float] = field(default_factory=lambda: [0.75, 1.25])
     rotate: float = 15.0  # max rotation, degrees
@@ -153,6 +157,7 @@ class AugConfig:
     jpeg_p: float = 0.0  # JPEG re-compression
     jpeg_quality: list[int] = field(default_factory=lambda: [30, 95])
     gray_p: float = 0.0  # grayscale (kept 3 channels)
+    # Resampling and normalisation, training and evaluation alike.
     # How images are resized and warped (masks always nearest): linear, as torchvision's and
     # mmsegmentation's references; nearest keeps a synthetic image's values exact (the tests'
     # marker images); cubic or area for sharper or smoother downscaling.
@@ -160,6 +165,8 @@ class AugConfig:
     # Mask pixels that a shift, rotation or pad brings in: 255 = ignore (no loss), 0 = background.
     # Their image pixels are black (seg.data.transforms.IMAGE_FILL).
     mask_fill: int = 255
+    # The one normalisation of every image the model sees, (x / 255 - mean) / std: ImageNet's
+    # here; recipes with pretrained columns set their backbones' (checked against them).
     mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
     std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
 
