@@ -4,7 +4,7 @@
     python scripts/predict.py checkpoint=best.pt input=photos/ out=preds outputs=[mask,cutout]
     python scripts/predict.py checkpoint=best.pt input=clip.mp4 outputs=[blur] batch_size=16
     python scripts/predict.py checkpoint=best.pt input=me.jpg outputs=[replace] \\
-        background=beach.jpg alpha=soft tta=flip device=cuda:1
+        background=beach.jpg alpha=soft tta=[flip] device=cuda:1
 
 Options are Hydra-style key=value overrides of ``seg.config.PredictConfig`` (an
 unknown key or a bad value fails at start, naming it):
@@ -24,9 +24,11 @@ unknown key or a bad value fails at start, naming it):
   precision   fp32 | int8: ONNX Runtime on a quantised export, calibrated on the training
               photos or on calibration=<folder of photos> | bf16 | fp16: eager PyTorch under
               autocast (fp16 on GPUs only) (docs/evaluation.md, "Backends")
-  batch_size, tta (null | flip),
-  blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error | skip),
-  progress
+  tta         [] or [flip]: average with the mirrored input (tta=flip, as before, still works);
+              with scales, slide.window, slide.stride and refine.*, the predictor's options as
+              evaluate.py's (docs/evaluation.md)
+  batch_size, blur_sigma, overlay_colour, overlay_opacity, jpeg_quality, on_bad_input (error |
+  skip), progress
 Prediction runs at each image's own resolution (see seg/inference/predictor.py). Outputs are
 written to temporary files and renamed when complete. Exits 2 on bad input, naming the file.
 """

@@ -225,7 +225,7 @@ def test_prediction_through_onnxruntime_matches_torch(checkpoint, photos, tmp_pa
             out=str(out),
             outputs=[OutputKind.mask],
             backend=Backend(backend),
-            tta=TTA.flip,
+            tta=[TTA.flip],
             batch_size=2,
             progress=False,
             device="cpu",

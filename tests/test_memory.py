@@ -16,11 +16,11 @@ import torch.nn.functional as F
 from training_utils import REPO, subprocess_env
 
 from seg.checkpoint import load_model_from_checkpoint
+from seg.config import TTA
 from seg.data import pixel_batches
 from seg.data.io import read_image
 from seg.data.transforms import eval_content_size
-from seg.evaluation.inference import build_probability_predictor
-from seg.inference.predictor import LogitRestorer
+from seg.inference.predictor import LogitRestorer, build_predictor
 from seg.inference.render import cutout, overlay
 
 # Peak memory above the warm process, bytes per pixel of a 3200 x 2400 photo (measured with the
@@ -110,10 +110,14 @@ def test_labels_made_in_bands_are_the_argmax_of_the_probabilities(
     model, cfg = load_model_from_checkpoint(checkpoint, device="cpu")
     names = ("1.jpg", "3.jpg", "56.jpg")
     photos = [read_image(vikram_pairs / "Training_Images" / n) for n in names]
-    options = [{}, {"flip": True, "scales": [0.75, 1.25]}, {"window": [48, 40], "stride": [24, 20]}]
+    options = [
+        {},
+        {"tta": [TTA.flip], "scales": [0.75, 1.25]},
+        {"window": [48, 40], "stride": [24, 20]},
+    ]
     for kwargs in options:
-        predictor = build_probability_predictor(model, cfg, "cpu", **kwargs)
-        probs = predictor(photos)
+        predictor = build_predictor(model, cfg, "cpu", **kwargs)
+        probs = predictor.probabilities(photos)
         for max_values in (1 << 24, 2 * 300 * 5):  # one band; bands of a few columns
             labels = predictor.labels(photos, max_values=max_values)
             for photo, prob, label in zip(photos, probs, labels, strict=True):

@@ -15,6 +15,7 @@ from torch import nn
 from training_utils import load_script, tiny_config
 
 from seg.config import (
+    TTA,
     AlphaMode,
     BadSamplePolicy,
     Config,
@@ -120,7 +121,7 @@ class RedIsPerson(SegmentationModel):
         return {"out": torch.cat([torch.zeros_like(x[:, :1]), x[:, :1]], dim=1), "aux": []}
 
 
-@pytest.mark.parametrize("tta", [False, True])
+@pytest.mark.parametrize("tta", [[], [TTA.flip]])
 def test_masks_line_up_with_the_original_image(vikram_pairs, tta):
     cfg = tiny_config()
     predictor = build_predictor(RedIsPerson(), cfg, device="cpu", tta=tta)
@@ -268,6 +269,44 @@ def test_options_are_checked_by_name():
     assert parse_colour("beach.jpg") is None
 
 
+def test_predictor_options_are_evaluations():
+    """``tta`` is a list as in evaluate.py (the single value it was still works), and
+    ``scales`` and ``slide.*`` are taken and checked alike."""
+    base = ["checkpoint=c.pt", "input=x"]
+    for given, expected in [
+        ("tta=flip", [TTA.flip]),
+        ("tta=[flip]", [TTA.flip]),
+        ("tta=null", []),
+        ("tta=[]", []),
+    ]:
+        assert compose_predict_config([*base, given]).tta == expected, given
+    cfg = compose_predict_config([*base, "scales=[0.75,1.0]", "slide.window=[64,48]"])
+    assert cfg.scales == [0.75, 1.0] and cfg.slide.window == [64, 48]
+    with pytest.raises(ValueError, match="scales"):
+        compose_predict_config([*base, "scales=[0]"])
+    with pytest.raises(ValueError, match=r"slide\.stride"):
+        compose_predict_config([*base, "slide.stride=[8,8]"])
+
+
+def test_prediction_and_evaluation_share_one_predictor(setup, photos):
+    """With every test-time option, prediction's masks are the class maps that evaluation
+    scores, and its probabilities are evaluation's person probabilities."""
+    model, cfg = setup
+    images = [read_image(p) for p in sorted(photos.iterdir())]
+    options = [
+        {},
+        {"tta": [TTA.flip], "scales": [0.75, 1.25]},
+        {"window": [64, 48], "stride": [32, 24]},
+    ]
+    for kwargs in options:
+        predictor = build_predictor(model, cfg, "cpu", **kwargs)
+        labels, probs = predictor.labels(images), predictor.probabilities(images)
+        for pred, label, prob in zip(predictor(images), labels, probs, strict=True):
+            assert np.array_equal(pred.mask, label.numpy() == 1), kwargs
+            np.testing.assert_array_equal(pred.prob, prob[1].numpy())
+            assert 0 < pred.mask.mean() < 1
+
+
 def test_script_end_to_end_from_a_checkpoint(tiny_checkpoint, photos, tmp_path, caplog):
     ckpt = tiny_checkpoint
     predict = load_script("predict")
@@ -294,7 +333,7 @@ def test_script_on_a_landscape_photo_writes_a_mask_of_its_size(
     image = read_image(photos / "1.jpg")
     assert image.shape[:2] == (183, 276)
     predictor = build_predictor(model, cfg, device="cpu")
-    assert predictor.transform(image=image)["image"].shape == (3, 96, 128)
+    assert predictor.scales[0].transform(image=image)["image"].shape == (3, 96, 128)
     out = tmp_path / "out"
     args = [f"checkpoint={ckpt}", f"input={photos / '1.jpg'}", f"out={out}", "outputs=[mask]"]
     assert load_script("predict").main([*args, "progress=false"]) == 0

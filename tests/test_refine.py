@@ -16,7 +16,6 @@ from torch import nn
 from seg.config import RefineConfig, compose_config, compose_eval_config
 from seg.config.predict import compose_predict_config
 from seg.data.io import read_image
-from seg.evaluation.inference import build_probability_predictor
 from seg.inference import build_predictor
 from seg.inference.refine import GuidedRefiner, box_mean, build_refiner, guided_filter
 from seg.models import SegmentationModel
@@ -93,20 +92,20 @@ class StepModel(SegmentationModel):
 
 
 def test_evaluation_and_prediction_refine_alike(vikram_pairs: Path):
-    """Both paths give the same refined person probability and mask (prediction's mask is
-    its probability above 1/2, evaluation's labels too), and refining changes them."""
+    """The predictor gives evaluation and prediction the same refined person probability
+    and mask (its probability above 1/2), and refining changes them."""
     photo = read_image(vikram_pairs / "Training_Images" / "1.jpg")
     cfg = compose_config(["aug.eval_size=[96,80]"])
     refiner = GuidedRefiner(radius=2, eps=1e-3)
-    plain = build_probability_predictor(StepModel(), cfg, "cpu")
-    refined = build_probability_predictor(StepModel(), cfg, "cpu", refine=refiner)
-    prob = refined([photo])[0]
+    plain = build_predictor(StepModel(), cfg, "cpu")
+    refined = build_predictor(StepModel(), cfg, "cpu", refine=refiner)
+    prob = refined.probabilities([photo])[0]
     assert prob.shape == (2, *photo.shape[:2])
     torch.testing.assert_close(prob.sum(0), torch.ones_like(prob[0]))
-    assert (prob[1] - plain([photo])[0][1]).abs().max() > 0.05
+    assert (prob[1] - plain.probabilities([photo])[0][1]).abs().max() > 0.05
     assert torch.equal(refined.labels([photo])[0], (prob[1] > 0.5).to(torch.uint8))
-    prediction = build_predictor(StepModel(), cfg, "cpu", refine=refiner)([photo])[0]
-    np.testing.assert_allclose(prediction.prob, prob[1].numpy(), atol=1e-5)
+    prediction = refined([photo])[0]
+    np.testing.assert_array_equal(prediction.prob, prob[1].numpy())
     assert np.array_equal(prediction.mask, prediction.prob > 0.5)
 
 
@@ -126,7 +125,7 @@ def test_multi_scale_refinement_does_not_depend_on_the_order_of_the_scales(
 
     monkeypatch.setattr(GuidedRefiner, "bands", spy)
     probs = [
-        build_probability_predictor(StepModel(), cfg, "cpu", scales=s, refine=refiner)([photo])[0]
+        build_predictor(StepModel(), cfg, "cpu", scales=s, refine=refiner).probabilities([photo])[0]
         for s in ([0.75, 1.0, 1.25], [1.25, 1.0, 0.75])
     ]
     assert sizes == [(96, 80), (96, 80)]

@@ -34,7 +34,7 @@ from seg.data.transforms import build_eval_transform
 from seg.devices import native_bf16
 from seg.inference.backend import torch_threads
 from seg.inference.onnx import OnnxRuntimeModel, export_onnx
-from seg.inference.predictor import Predictor
+from seg.inference.predictor import Predictor, Scale
 from seg.inference.quantize import quantize_int8
 from seg.models import build_model
 from seg.models.deploy import AutocastModel, deploy_model
@@ -101,7 +101,7 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> Iterator[Inference
 
     def predictor(net: Any) -> Callable[[int], Any]:
         aug = dataclasses.replace(cfg.aug, eval_size=list(s.size))
-        run = Predictor(net, build_eval_transform(aug), s.size)
+        run = Predictor(net, [Scale(s.size, build_eval_transform(aug))])
         return lambda batch: run(photos[:batch])
 
     yield InferencePath("torch fp32, as trained", eager(model))

@@ -72,11 +72,33 @@ class RefineConfig:
     color: bool = False  # guide by the three channels (a 3x3 solve per pixel) instead of luma
 
 
-def check_refine_config(cfg: RefineConfig) -> list[tuple[bool, str, object, str]]:
-    """The range checks of ``refine.*`` (for the callers' check lists)."""
+def check_predictor_options(
+    tta: list[TTA], scales: list[float], slide: SlideConfig, refine: RefineConfig
+) -> list[tuple[bool, str, object, str]]:
+    """The range checks of the predictor's options, which ``evaluate.py`` and ``predict.py``
+    share (for the callers' check lists)."""
     return [
-        (cfg.radius > 0, "refine.radius", cfg.radius, "a number > 0 (model-input pixels)"),
-        (cfg.eps > 0, "refine.eps", cfg.eps, "a number > 0, e.g. 1e-3"),
+        (
+            len(scales) >= 1 and all(0 < x <= 8 for x in scales),
+            "scales",
+            scales,
+            "one or more numbers in (0, 8], e.g. [0.75, 1.0, 1.25]",
+        ),
+        (len(set(tta)) == len(tta), "tta", tta, "no repeats"),
+        (
+            slide.window is None or _pair(slide.window),
+            "slide.window",
+            slide.window,
+            "null or 2 positive integers [H, W]",
+        ),
+        (
+            slide.stride is None or (_pair(slide.stride) and slide.window is not None),
+            "slide.stride",
+            slide.stride,
+            "null or 2 positive integers [H, W], with slide.window set",
+        ),
+        (refine.radius > 0, "refine.radius", refine.radius, "a number > 0 (model-input pixels)"),
+        (refine.eps > 0, "refine.eps", refine.eps, "a number > 0, e.g. 1e-3"),
     ]
 
 
@@ -119,7 +141,6 @@ def _pair(value: list[int] | None) -> bool:
 
 def check_eval_config(cfg: EvalConfig) -> None:
     """Range checks Hydra's types cannot express; the message names the key and the value."""
-    s = cfg.slide
     checks = [
         (cfg.split in SPLITS, "split", cfg.split, f"one of {', '.join(SPLITS)}"),
         (cfg.batch_size >= 1, "batch_size", cfg.batch_size, "an integer >= 1"),
@@ -135,32 +156,13 @@ def check_eval_config(cfg: EvalConfig) -> None:
             "null or 2 positive integers [H, W]",
         ),
         (
-            len(cfg.scales) >= 1 and all(0 < x <= 8 for x in cfg.scales),
-            "scales",
-            cfg.scales,
-            "one or more numbers in (0, 8], e.g. [0.75, 1.0, 1.25]",
-        ),
-        (len(set(cfg.tta)) == len(cfg.tta), "tta", cfg.tta, "no repeats"),
-        (
-            s.window is None or _pair(s.window),
-            "slide.window",
-            s.window,
-            "null or 2 positive integers [H, W]",
-        ),
-        (
-            s.stride is None or (_pair(s.stride) and s.window is not None),
-            "slide.stride",
-            s.stride,
-            "null or 2 positive integers [H, W], with slide.window set",
-        ),
-        (
             cfg.target_pixel_acc is None or 0 < cfg.target_pixel_acc <= 1,
             "target_pixel_acc",
             cfg.target_pixel_acc,
             "null or a fraction in (0, 1]",
         ),
+        *check_predictor_options(cfg.tta, cfg.scales, cfg.slide, cfg.refine),
     ]
-    checks += check_refine_config(cfg.refine)
     for ok, key, value, expected in checks:
         if not ok:
             raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")

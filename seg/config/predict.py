@@ -21,7 +21,8 @@ from seg.config.evaluate import (
     Backend,
     InferencePrecision,
     RefineConfig,
-    check_refine_config,
+    SlideConfig,
+    check_predictor_options,
 )
 from seg.errors import ConfigError
 
@@ -56,7 +57,10 @@ class PredictConfig:
     # under autocast): docs/evaluation.md, "Backends"
     precision: InferencePrecision = InferencePrecision.fp32
     calibration: str | None = None  # int8: a folder of photos; null: the training photos
-    tta: TTA | None = None  # null or flip (twice the compute); evaluate.py takes a list of them
+    # The predictor's options, as evaluate.py's (docs/evaluation.md, "Options")
+    tta: list[TTA] = field(default_factory=list)  # [] or [flip] (twice the compute)
+    scales: list[float] = field(default_factory=lambda: [1.0])  # of eval_size; softmax averaged
+    slide: SlideConfig = field(default_factory=SlideConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)  # refine.guided=true: on
     alpha: AlphaMode = AlphaMode.hard  # of cutout, blur and replace
     # replace: an image file (resized to cover each image, centre-cropped) or a colour:
@@ -89,7 +93,7 @@ def check_predict_config(cfg: PredictConfig) -> None:
             "3 integers in 0..255 (R, G, B)",
         ),
         (len(set(cfg.outputs)) == len(cfg.outputs), "outputs", cfg.outputs, "no repeats"),
-        *check_refine_config(cfg.refine),
+        *check_predictor_options(cfg.tta, cfg.scales, cfg.slide, cfg.refine),
     ]
     for ok, key, value, expected in checks:
         if not ok:
@@ -108,4 +112,13 @@ def _names(enum: type[Enum]) -> str:
 
 def compose_predict_config(overrides: list[str]) -> PredictConfig:
     """``scripts/predict.py``'s overrides -> a checked ``PredictConfig``."""
-    return compose_options(PredictConfig, "predict_config", overrides)
+    return compose_options(PredictConfig, "predict_config", [_tta_list(o) for o in overrides])
+
+
+def _tta_list(override: str) -> str:
+    """``tta=flip`` and ``tta=null``, the single value ``tta`` took before it was a list as
+    in ``evaluate.py``, as ``tta=[flip]`` and ``tta=[]``: commands written then still work."""
+    key, _, value = override.partition("=")
+    if key != "tta" or not value or value.startswith("["):
+        return override
+    return "tta=[]" if value == "null" else f"tta=[{value}]"

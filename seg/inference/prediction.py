@@ -17,7 +17,7 @@ import numpy as np
 from torch import nn
 from tqdm import tqdm
 
-from seg.config import TTA, BadSamplePolicy, Config, OutputKind, PredictConfig
+from seg.config import BadSamplePolicy, Config, OutputKind, PredictConfig
 from seg.data.batching import pixel_batches
 from seg.data.io import BadSampleError, header_pixels, read_image
 from seg.errors import ConfigError
@@ -212,9 +212,17 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     spec = build_output_spec(cfg)
     for video in inputs.videos:  # fail before any work is done
         check_video_outputs(video, spec.kinds)
-    tta = cfg.tta is TTA.flip
-    refine = build_refiner(cfg.refine)
-    predictor = build_predictor(model, train_cfg, cfg.device, tta, cfg.column_devices, refine)
+    predictor = build_predictor(
+        model,
+        train_cfg,
+        cfg.device,
+        cfg.column_devices,
+        cfg.tta,
+        cfg.scales,
+        cfg.slide.window,
+        cfg.slide.stride,
+        build_refiner(cfg.refine),
+    )
     with inference_threads(predictor.model):
         return _predict_all(cfg, predictor, inputs, spec)
 
@@ -223,8 +231,14 @@ def _predict_all(
     cfg: PredictConfig, predictor: Predictor, inputs: Inputs, spec: OutputSpec
 ) -> dict[str, Any]:
     backend = predictor.model.backend
-    tta_name = cfg.tta.value if cfg.tta else None
-    log.info("predicting on %s with %s (tta=%s)", predictor.device, backend, tta_name)
+    log.info(
+        "predicting on %s with %s (tta %s, scales %s, sliding windows %s)",
+        predictor.device,
+        backend,
+        [t.value for t in cfg.tta],
+        list(cfg.scales),
+        predictor.window,
+    )
     summary = predict_images(
         predictor, inputs.images, spec, cfg.batch_size, cfg.on_bad_input, cfg.progress
     )

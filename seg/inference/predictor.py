@@ -1,15 +1,22 @@
-"""Batched prediction at each image's own resolution, on an automatically chosen device.
+"""Batched prediction at each image's own resolution: the one predictor of ``predict.py`` and
+``evaluate.py``.
 
-The images go through the evaluation preset (resize into ``aug.eval_size``, which bounds the
-long and the short side, pad bottom/right to a canvas of the image's orientation), so images of
-any sizes share one batch (``seg.data.batching``). Each image's logits are cropped back to its
-content (``eval_content_size``), resized bilinearly to its original H x W, and only then turned
-into a mask (argmax) and a person probability (softmax): resizing logits rather than masks
-gives smooth, sub-pixel contours.
+The images go through the evaluation preset (resize into ``eval_size``, which bounds the long
+and the short side, pad bottom/right to a canvas of the image's orientation), so images of any
+sizes share one batch (``seg.data.batching``). Test-time options: the horizontal flip (logits
+averaged with those of the mirrored input), several scales of ``eval_size`` (probabilities
+averaged) and sliding windows over each model input (overlapping logits averaged, as
+mmsegmentation's ``slide`` mode). Each image's logits are cropped back to its content
+(``eval_content_size``) and resized bilinearly to its original H x W, band by band of columns,
+and only then turned into probabilities: resizing logits rather than masks gives smooth,
+sub-pixel contours, and the bands bound the memory of a photo of any size at a few bytes per
+pixel. The guided filter (``seg.inference.refine``) optionally puts the person's outline back
+on the photo's edges.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seg.config import PERSON, Config
+from seg.config import PERSON, TTA, Config
 from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
@@ -26,16 +33,26 @@ from seg.errors import ConfigError
 from seg.inference.refine import GuidedRefiner
 from seg.models import SegmentationModel
 
-# Values (classes x rows x width) of full-size logits worked on at once: 16 M floats, 64 MB.
-BAND_VALUES = 1 << 24
+# Values (classes x rows x columns) of full-size logits worked on at once: 4 M floats, 16 MB
+# (with their softmax and argmax a few times that, beside an image's full-size results).
+BAND_VALUES = 1 << 22
 
 
 @dataclass(frozen=True)
 class Prediction:
     """One image's result at its original size."""
 
-    mask: np.ndarray  # bool (H, W): person where the person logit is the largest
+    mask: np.ndarray  # bool (H, W): person where the person probability is the largest
     prob: np.ndarray  # float32 (H, W) in [0, 1]: softmax probability of person
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The eval preset fitting images into ``eval_size`` (H, W: bounds of the long and the
+    short side; landscape images get the transpose)."""
+
+    eval_size: tuple[int, int]
+    transform: Callable[..., dict]
 
 
 class LogitRestorer:
@@ -80,39 +97,79 @@ def _resize(x: Tensor, size: tuple[int, int]) -> Tensor:
     return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
 
 
-def restore_logits(logits: Tensor, image_hw: Sequence[int], eval_size: Sequence[int]) -> Tensor:
-    """Undo the eval preset: (K, h, w) logits -> (K, H, W) at the image's size, in one piece
-    (:class:`LogitRestorer` does it band by band)."""
-    restorer = LogitRestorer(logits, image_hw, eval_size)
-    return restorer.columns(0, restorer.width)
+def _windows(size: int, window: int, stride: int) -> list[int]:
+    """Start offsets of windows of ``window`` (<= size) every ``stride``, the last one flush
+    with the end, so that every position is covered."""
+    count = max(size - window + stride - 1, 0) // stride + 1
+    return sorted({min(i * stride, size - window) for i in range(count)})
+
+
+def slide_logits(
+    logits_fn: Callable[[Tensor], Tensor],
+    batch: Tensor,
+    window: Sequence[int],
+    stride: Sequence[int],
+) -> Tensor:
+    """Logits of (B, 3, H, W) from windows of ``window`` (H, W) every ``stride`` (H, W).
+
+    A window larger than the input shrinks to it (one window: the plain logits); the window is
+    not turned for a landscape input. Where windows overlap their logits are averaged.
+    ``logits_fn``: (B, 3, h, w) -> (B, K, h, w).
+    """
+    _, _, h, w = batch.shape
+    wh, ww = min(int(window[0]), h), min(int(window[1]), w)
+    out: Tensor | None = None
+    count = torch.zeros(1, 1, h, w)
+    for y in _windows(h, wh, int(stride[0])):
+        for x in _windows(w, ww, int(stride[1])):
+            logits = logits_fn(batch[:, :, y : y + wh, x : x + ww])
+            if out is None:
+                out = logits.new_zeros(*logits.shape[:2], h, w)
+                count = count.to(logits.device)
+            out[:, :, y : y + wh, x : x + ww] += logits
+            count[:, :, y : y + wh, x : x + ww] += 1
+    assert out is not None  # at least one window
+    return out / count
 
 
 class Predictor:
-    """``predictor(images) -> list[Prediction]`` for uint8 (H, W, 3) RGB images of any sizes.
+    """uint8 (H, W, 3) RGB images of any sizes -> results at each image's own size:
+    ``predictor(images)`` / :meth:`predictions` (person masks and probabilities, for
+    ``predict.py``), :meth:`labels` (class maps, for ``evaluate.py``), :meth:`probabilities`.
 
     ``model`` must already sit on its devices (``model.devices[0]`` receives the batch) and
-    return ``{"out": (B, K, H, W)}`` with K >= 2, class 1 = person. ``transform`` is the eval
-    preset for ``eval_size`` (bounds of the long and the short side). ``tta=True`` averages the
-    logits with those of the horizontally mirrored batch (twice the compute).
+    return ``{"out": (B, K, H, W)}`` with K >= 2, class 1 = person. ``scales``: one eval preset
+    per input size; their probabilities are averaged. ``flip`` averages the logits with those
+    of the horizontally mirrored input (twice the compute). ``window`` / ``stride`` (H, W):
+    sliding windows over each model input. ``eval_size``: the unscaled eval size (default: the
+    first scale's), which sets ``refine``'s radius whatever the order of the scales.
     """
 
     def __init__(
         self,
         model: SegmentationModel,
-        transform: Callable[..., dict],
-        eval_size: tuple[int, int],
-        tta: bool = False,
+        scales: Sequence[Scale],
+        flip: bool = False,
+        window: Sequence[int] | None = None,
+        stride: Sequence[int] | None = None,
         refine: GuidedRefiner | None = None,
+        eval_size: Sequence[int] | None = None,
     ) -> None:
+        if not scales:
+            raise ConfigError("at least one scale is needed")
         self.model = model.eval()
-        self.transform = transform
-        self.eval_size = eval_size
-        self.tta = tta
+        self.scales = list(scales)
+        self.flip = flip
+        self.window = tuple(window) if window else None
+        if self.window and not stride:  # default: a third of each window overlaps the next
+            stride = [max(1, (2 * s) // 3) for s in self.window]
+        self.stride = tuple(stride) if self.window and stride else None
         self.refine = refine
+        self.eval_size = tuple(eval_size) if eval_size else self.scales[0].eval_size
         self.device = model.devices[0]
 
     def logits(self, batch: Tensor) -> Tensor:
-        """Normalised (B, 3, h, w) -> float32 logits (B, K, h, w)."""
+        """Normalised (B, 3, h, w) -> float32 logits (B, K, h, w), flipped too with ``flip``."""
         batch = batch.to(self.device, non_blocking=True)
         out = self.model(batch)["out"].float()
         if out.shape[1] < 2:
@@ -120,78 +177,137 @@ class Predictor:
                 f"the model has {out.shape[1]} output channel(s); prediction needs >= 2 "
                 "classes (0 background, 1 person)"
             )
-        if self.tta:
+        if self.flip:
             out = (out + self.model(batch.flip(-1))["out"].float().flip(-1)) / 2
         return out
 
-    def batch_logits(
-        self, images: Sequence[np.ndarray], logits_fn: Callable[[Tensor], Tensor]
-    ) -> Tensor:
-        """uint8 (H, W, 3) images through the eval preset and ``logits_fn`` -> (B, K, H', W'):
-        portrait and landscape canvases padded into one batch, and each canvas size run on its
-        own (``run_by_size``), so an image's logits never depend on its batch."""
-        tensors = [self.transform(image=image)["image"] for image in images]
-        batch, _ = pad_batch(tensors)  # the padding never reaches the model
-        return run_by_size(logits_fn, batch, [t.shape[-2:] for t in tensors])
+    def _input_logits(self, batch: Tensor) -> Tensor:
+        if self.window is None or self.stride is None:
+            return self.logits(batch)
+        return slide_logits(self.logits, batch, self.window, self.stride)
+
+    def _scale_logits(self, images: Sequence[np.ndarray]) -> list[list[Tensor]]:
+        """Per image, per scale, its network logits (K, h, w) (padded canvases): portrait and
+        landscape canvases padded into one batch, and each canvas size run on its own
+        (``run_by_size``), so an image's logits never depend on its batch."""
+        per_image: list[list[Tensor]] = [[] for _ in images]
+        for scale in self.scales if images else []:
+            tensors = [scale.transform(image=image)["image"] for image in images]
+            batch, _ = pad_batch(tensors)  # the padding never reaches the model
+            logits = run_by_size(self._input_logits, batch, [t.shape[-2:] for t in tensors])
+            for items, item in zip(per_image, logits, strict=True):
+                items.append(item)
+        return per_image
+
+    def _bands(
+        self, image: np.ndarray, logits: list[Tensor], max_values: int
+    ) -> Iterator[tuple[int, int, Tensor]]:
+        """``(start, stop, p)`` over one image's columns: ``p`` (K, H, stop - start) the
+        softmax of each scale's restored logits, averaged; with ``refine``, ``[1 - q, q]`` of
+        the refined person probability ``q``."""
+        restorers = [
+            LogitRestorer(item, image.shape[:2], scale.eval_size)
+            for item, scale in zip(logits, self.scales, strict=True)
+        ]
+
+        def probabilities(start: int, stop: int) -> Tensor:
+            total = restorers[0].columns(start, stop).softmax(dim=0)
+            for restorer in restorers[1:]:
+                total += restorer.columns(start, stop).softmax(dim=0)
+            return total / len(restorers)
+
+        if self.refine is None:
+            for start, stop in restorers[0].bands(max_values):
+                yield start, stop, probabilities(start, stop)
+            return
+        if restorers[0].num_classes != 2:
+            raise ConfigError(
+                f"refine.guided needs a 2-class model, not {restorers[0].num_classes}"
+            )
+        person = lambda lo, hi: probabilities(lo, hi)[PERSON]  # noqa: E731
+        for start, stop, q in self.refine.bands(image, person, self.eval_size):
+            yield start, stop, torch.stack([1 - q, q])
 
     def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
         return list(self.predictions(images))
 
-    def predictions(self, images: Sequence[np.ndarray]) -> Iterator[Prediction]:
+    def predictions(
+        self, images: Sequence[np.ndarray], max_values: int = BAND_VALUES
+    ) -> Iterator[Prediction]:
         """Each image's :class:`Prediction`, in order, made at full size only when it is
         asked for: one batch through the network, then one image's full-size maps at a time
         (what a caller that writes each result before the next needs)."""
-        if not images:
-            return
         with torch.inference_mode():
-            logits = self.batch_logits(images, self.logits)
-        for image, item in zip(images, logits, strict=True):
+            logits = self._scale_logits(images)
+        for image, items in zip(images, logits, strict=True):
             with torch.inference_mode():  # left before the yield: the caller's code is its own
-                prediction = self._full_size(item, image)
-            yield prediction
+                prob = torch.empty(image.shape[:2])
+                mask = torch.empty(image.shape[:2], dtype=torch.bool)
+                for start, stop, p in self._bands(image, items, max_values):
+                    prob[:, start:stop] = p[PERSON]
+                    mask[:, start:stop] = p.argmax(dim=0) == PERSON
+            yield Prediction(mask=mask.numpy(), prob=prob.numpy())
 
-    def _full_size(self, item: Tensor, image: np.ndarray) -> Prediction:
-        image_hw = image.shape[:2]
-        if self.refine is not None:
-            if item.shape[0] != 2:
-                raise ConfigError(f"refine.guided needs a 2-class model, not {item.shape[0]}")
-            raw = restore_logits(item[1:] - item[:1], image_hw, self.eval_size)[0].sigmoid_()
-            prob = torch.empty_like(raw)
-            for start, stop, q in self.refine.bands(
-                image, lambda lo, hi: raw[:, lo:hi], self.eval_size
-            ):
-                prob[:, start:stop] = q
-            return Prediction(mask=(prob > 0.5).cpu().numpy(), prob=prob.cpu().numpy())
-        if item.shape[0] == 2:
-            # Two classes: softmax = sigmoid of the logit difference, and resizing is linear,
-            # so one full-size map serves both outputs (1/4 of the memory of two resized
-            # logit maps, their softmax and an int64 argmax: 12000 x 12000 photos fit).
-            diff = restore_logits(item[1:] - item[:1], image_hw, self.eval_size)[0]
-            mask = diff > 0  # argmax == PERSON (a tie goes to background, as argmax's)
-            prob = diff.sigmoid_()
-        else:
-            full = restore_logits(item, image_hw, self.eval_size)
-            prob = full.softmax(dim=0)[PERSON]
-            mask = full.argmax(dim=0) == PERSON
-        return Prediction(mask=mask.cpu().numpy(), prob=prob.cpu().numpy())
+    @torch.inference_mode()
+    def labels(self, images: Sequence[np.ndarray], max_values: int = BAND_VALUES) -> list[Tensor]:
+        """uint8 (H, W) class maps (the argmax of :meth:`probabilities`), on the CPU, computed
+        band by band: the full-size floats in memory at any time are ``max_values`` per scale,
+        whatever the photo's size."""
+        out = []
+        for image, items in zip(images, self._scale_logits(images), strict=True):
+            if items[0].shape[0] > 255:  # uint8 labels, 255 being the ignore index
+                raise ValueError(f"labels() holds 255 classes at most, not {items[0].shape[0]}")
+            label = torch.empty(image.shape[:2], dtype=torch.uint8)
+            for start, stop, p in self._bands(image, items, max_values):
+                label[:, start:stop] = p.argmax(dim=0).to("cpu", torch.uint8)
+            out.append(label)
+        return out
+
+    @torch.inference_mode()
+    def probabilities(self, images: Sequence[np.ndarray]) -> list[Tensor]:
+        """(K, H, W) float32 probabilities on ``self.device``: K maps of each image's full
+        size (:meth:`labels` and :meth:`predictions` need a few bytes per pixel instead)."""
+        out = []
+        for image, items in zip(images, self._scale_logits(images), strict=True):
+            full = items[0].new_empty(items[0].shape[0], *image.shape[:2])
+            for start, stop, p in self._bands(image, items, BAND_VALUES):
+                full[:, :, start:stop] = p
+            out.append(full)
+        return out
+
+
+def scaled_size(eval_size: Sequence[int], scale: float) -> tuple[int, int]:
+    """``eval_size`` (H, W) times ``scale``, rounded, at least 1 pixel."""
+    return max(1, round(eval_size[0] * scale)), max(1, round(eval_size[1] * scale))
 
 
 def build_predictor(
     model: SegmentationModel,
     cfg: Config,
     device: str = "auto",
-    tta: bool = False,
     column_devices: Sequence[str] = (),
+    tta: Sequence[TTA | str] = (),
+    scales: Sequence[float] = (1.0,),
+    window: Sequence[int] | None = None,
+    stride: Sequence[int] | None = None,
     refine: GuidedRefiner | None = None,
 ) -> Predictor:
     """Place ``model`` on ``device`` (``auto``: a GPU, else Apple's MPS, else the CPU; see
     ``seg.devices.resolve_devices``), or its columns on ``column_devices`` when given (e.g.
-    ``["cuda:0", "cuda:1"]``, as in training); with ``cfg``'s eval preset.
+    ``["cuda:0", "cuda:1"]``, as in training), and make its :class:`Predictor` with the
+    options of ``predict.py`` and ``evaluate.py`` (``tta``, ``scales``, ``slide.window``,
+    ``slide.stride``, ``refine``).
 
     ``cfg`` is the training config the model was trained with (a checkpoint carries it): its
     ``aug.eval_size``, mean and std define the input the model expects.
     """
     spec, key = (list(column_devices), "column_devices") if column_devices else (device, "device")
     model.place(resolve_devices(spec, model.num_columns, key=key, mps=True))
-    eval_size = check_aug_config(cfg.aug).eval_size
-    return Predictor(model, build_eval_transform(cfg.aug), eval_size, tta, refine)
+    eval_size = tuple(int(v) for v in check_aug_config(cfg.aug).eval_size)
+    views = []
+    for scale in scales:
+        size = scaled_size(eval_size, scale)
+        aug = dataclasses.replace(cfg.aug, eval_size=list(size))
+        views.append(Scale(size, build_eval_transform(aug)))
+    flip = TTA.flip in [TTA(t) for t in tta]
+    return Predictor(model, views, flip, window, stride, refine, eval_size)
