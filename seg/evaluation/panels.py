@@ -1,18 +1,26 @@
-"""Pictures of a prediction against its truth: overlays, an error map, side-by-side panels.
+"""Pictures of a prediction against its truth: overlays, an error map, side-by-side panels;
+and the grid of augmented samples that ``scripts/show_augmentations.py`` writes.
 
-Used by the worst-images gallery of the evaluation and by the validation images in
-TensorBoard. Every function takes uint8 (H, W, 3) RGB images and returns uint8 arrays.
-Truth masks are uint8 (H, W) with 0 background, 1 person and 255 ignore; predictions are
-bool (H, W) person masks.
+Used by the worst-images gallery of the evaluation, by the validation images in TensorBoard
+and to check augmentations by eye. Every function takes uint8 (H, W, 3) RGB images and
+returns uint8 arrays. Truth masks are uint8 (H, W) with 0 background, 1 person and 255
+ignore; predictions are bool (H, W) person masks.
 """
 
 from __future__ import annotations
 
+import logging
+
 import cv2
 import numpy as np
 
+from seg.config import AugConfig
+from seg.data import SegDataset
 from seg.data.io import IGNORE_INDEX
+from seg.data.transforms import build_eval_transform, build_train_transform, denormalize
 from seg.inference.render import overlay
+
+log = logging.getLogger(__name__)
 
 TRUTH_COLOUR = (0, 220, 0)  # green
 PRED_COLOUR = (255, 0, 255)  # magenta: tells the prediction panel from the truth at a glance
@@ -115,3 +123,50 @@ def four_panels(
 def three_panels(image: np.ndarray, truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """input | truth overlay | prediction overlay, (H, 3 * W, 3): TensorBoard's val images."""
     return side_by_side([image, truth_overlay(image, truth), prediction_overlay(image, pred)])
+
+
+CAPTION_H = 18  # pixels of the caption strip above each cell of the augmentation grid
+
+
+def _cell(view: np.ndarray, text: str, height: int, width: int) -> np.ndarray:
+    """Place an RGB view at the top left of a (CAPTION_H + height, width) cell under ``text``."""
+    cell = np.full((CAPTION_H + height, width, 3), 32, np.uint8)
+    h, w = min(view.shape[0], height), min(view.shape[1], width)
+    cell[CAPTION_H : CAPTION_H + h, :w] = view[:h, :w]
+    cv2.putText(
+        cell, text[:40], (3, CAPTION_H - 5), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 255, 255), 1
+    )
+    return cell
+
+
+def augmentation_grid(
+    dataset: SegDataset,
+    aug: AugConfig,
+    samples: int,
+    augs: int,
+    seed: int,
+    pool: SegDataset | None = None,
+) -> np.ndarray:
+    """RGB uint8 grid: ``samples`` rows of ``dataset`` (drawn at random with ``seed``) x
+    (1 + ``augs``) columns: the evaluation view, then training augmentations (seeded with
+    ``seed``; ``pool``: the people to paste when ``aug.paste_p > 0``), each with its mask drawn
+    as the gallery's truth panel (person tinted and outlined, ignore pixels grey)."""
+    rng = np.random.default_rng(seed)
+    indices = sorted(rng.choice(len(dataset), min(samples, len(dataset)), replace=False))
+    train_tf = build_train_transform(aug, seed=seed, pool=pool)
+    eval_tf = build_eval_transform(aug)
+    long = max(aug.eval_size)  # the eval view is portrait or landscape, as its photo
+    height, width = max(aug.crop_size[0], long), max(aug.crop_size[1], long)
+    rows = []
+    for i in indices:
+        image, mask = dataset.load_raw(int(i))
+        ref = dataset.refs[int(i)]
+        cells = []
+        for k in range(1 + augs):
+            out = (eval_tf if k == 0 else train_tf)(image=image, mask=mask)
+            view = truth_overlay(denormalize(out["image"], aug.mean, aug.std), out["mask"].numpy())
+            text = f"{ref.source}/{ref.id} eval" if k == 0 else f"aug {k}"
+            cells.append(_cell(view, text, height, width))
+        rows.append(np.concatenate(cells, axis=1))
+        log.info("sample %s/%s: image %s", ref.source, ref.id, image.shape)
+    return np.concatenate(rows, axis=0)
