@@ -100,7 +100,7 @@ def load_inference_model(
     calibration: str | None = None,
 ) -> tuple[Any, Config]:
     """``(model, training config)`` of a checkpoint (a file or a run folder), ready for
-    ``build_predictor`` / ``build_probability_predictor`` (which place it on ``device``):
+    ``build_predictor`` (which places it on ``device``):
     the deploy-time PyTorch model (under bf16 or fp16 autocast for those precisions) or an
     :class:`OnnxRuntimeModel` (fp32, or int8 calibrated on the training photos or the folder
     ``calibration``: ``seg.inference.quantize``).

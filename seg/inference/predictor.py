@@ -231,9 +231,7 @@ class Predictor:
     def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
         return list(self.predictions(images))
 
-    def predictions(
-        self, images: Sequence[np.ndarray], max_values: int = BAND_VALUES
-    ) -> Iterator[Prediction]:
+    def predictions(self, images: Sequence[np.ndarray]) -> Iterator[Prediction]:
         """Each image's :class:`Prediction`, in order, made at full size only when it is
         asked for: one batch through the network, then one image's full-size maps at a time
         (what a caller that writes each result before the next needs)."""
@@ -243,7 +241,7 @@ class Predictor:
             with torch.inference_mode():  # left before the yield: the caller's code is its own
                 prob = torch.empty(image.shape[:2])
                 mask = torch.empty(image.shape[:2], dtype=torch.bool)
-                for start, stop, p in self._bands(image, items, max_values):
+                for start, stop, p in self._bands(image, items, BAND_VALUES):
                     prob[:, start:stop] = p[PERSON]
                     mask[:, start:stop] = p.argmax(dim=0) == PERSON
             yield Prediction(mask=mask.numpy(), prob=prob.numpy())
