@@ -29,16 +29,16 @@ from training_utils import (
 )
 
 from seg.checkpoint import load_model_from_checkpoint
-from seg.config import DataConfig, compose_config, compose_eval_config
+from seg.config import TTA, DataConfig, compose_config, compose_eval_config
 from seg.data import SegDataset, list_source, pad_batch
 from seg.data.io import read_image, read_mask_array
 from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.loaders import build_val_loader
 from seg.engine.validation import evaluate
-from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.report import CSV_COLUMNS, SUMMARY_KEYS, image_row, json_safe, write_csv
 from seg.evaluation.scoring import run_evaluation
+from seg.inference.predictor import build_predictor
 from seg.metrics import SegMetrics, boundary_fscore
 from seg.models import SegmentationModel
 
@@ -168,7 +168,7 @@ def test_user_folder_equals_real_source_at_full_resolution(
     truth = read_mask_array(
         shared_datasets / "eg_portrait/data/images_mask" / f"{ids[0]}_mask.mat", "mask"
     )
-    prob = build_probability_predictor(model, train_cfg, device="cpu")([image])[0]
+    prob = build_predictor(model, train_cfg, device="cpu").probabilities([image])[0]
     assert prob.shape[1:] == image.shape[:2]  # the original resolution
     pred, valid = prob.argmax(0).numpy() == 1, truth != 255
     person = truth == 1
@@ -207,19 +207,18 @@ def photos(vikram_pairs: Path) -> list[np.ndarray]:
 
 def probabilities(model: nn.Module, photos: list[np.ndarray], **kwargs) -> list[torch.Tensor]:
     cfg = compose_config(["aug.eval_size=[96,80]"])
-    predictor: ProbabilityPredictor = build_probability_predictor(model, cfg, "cpu", **kwargs)
-    return predictor(photos)
+    return build_predictor(model, cfg, "cpu", **kwargs).probabilities(photos)
 
 
 def test_flip_tta_is_a_no_op_for_a_flip_equivariant_oracle(photos: list[np.ndarray]) -> None:
     model = PixelModel(kernel=3, symmetric=True)
-    plain, flipped = probabilities(model, photos), probabilities(model, photos, flip=True)
+    plain, flipped = probabilities(model, photos), probabilities(model, photos, tta=[TTA.flip])
     for a, b, photo in zip(plain, flipped, photos, strict=True):
         assert a.shape == (2, *photo.shape[:2])
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     # ... and does average with the mirror image for a model without the symmetry.
     skewed = PixelModel(kernel=3, symmetric=False)
-    a, b = probabilities(skewed, photos)[0], probabilities(skewed, photos, flip=True)[0]
+    a, b = probabilities(skewed, photos)[0], probabilities(skewed, photos, tta=[TTA.flip])[0]
     assert (a - b).abs().max() > 1e-3
 
 
@@ -259,14 +258,18 @@ def test_mixed_orientations_in_one_batch_equal_each_image_alone(
     photos = [read_image(vikram_pairs / "Training_Images" / n) for n in MIXED]
     transform = build_eval_transform(cfg.aug)
     model = calibrate_batchnorm(model, pad_batch([transform(image=p)["image"] for p in photos])[0])
-    options = [{}, {"flip": True, "scales": [0.75, 1.0]}, {"window": [64, 48], "stride": [32, 24]}]
+    options = [
+        {},
+        {"tta": [TTA.flip], "scales": [0.75, 1.0]},
+        {"window": [64, 48], "stride": [32, 24]},
+    ]
     for kwargs in options:
-        predictor = build_probability_predictor(model, cfg, "cpu", **kwargs)
-        canvases = [predictor.predictors[-1].transform(image=p)["image"].shape for p in photos]
+        predictor = build_predictor(model, cfg, "cpu", **kwargs)
+        canvases = [predictor.scales[-1].transform(image=p)["image"].shape for p in photos]
         assert [tuple(c[1:]) for c in canvases] == [(96, 128), (128, 96), (128, 96)]
-        together = predictor(photos)
+        together = predictor.probabilities(photos)
         for photo, prob in zip(photos, together, strict=True):
-            alone = predictor([photo])[0]
+            alone = predictor.probabilities([photo])[0]
             assert prob.shape == (2, *photo.shape[:2])
             torch.testing.assert_close(prob, alone, rtol=0, atol=1e-5)
             assert torch.equal(prob.argmax(0), alone.argmax(0)), kwargs

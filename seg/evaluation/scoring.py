@@ -2,7 +2,7 @@
 original resolution, with metrics exact over several processes.
 
 Each image goes through the checkpoint's eval preset, the model, and back to its own H x W
-(``seg.evaluation.inference``); its prediction is scored against the full-resolution mask
+(``seg.inference.predictor``); its prediction is scored against the full-resolution mask
 (ignore pixels excluded) in an accumulator of its own, which gives its ``per_image.csv`` row and
 is then added to its source's. Under torchrun every rank scores a contiguous shard of the images
 (``seg.distributed.shard``: each image exactly once) and the integer counts are summed across
@@ -22,12 +22,11 @@ from tqdm import tqdm
 
 from seg import distributed as du
 from seg.checkpoint import checkpoint_file
-from seg.config import TTA, Config, DataConfig, DatasetName, EvalConfig, InferencePrecision
+from seg.config import Config, DataConfig, DatasetName, EvalConfig, InferencePrecision
 from seg.data import split_bad
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
 from seg.errors import DataError
-from seg.evaluation.inference import ProbabilityPredictor, build_probability_predictor
 from seg.evaluation.panels import four_panels
 from seg.evaluation.report import (
     format_table,
@@ -43,6 +42,7 @@ from seg.evaluation.samples import Item, list_items, raw_loader
 from seg.fileio import write_json, write_text
 from seg.inference.backend import inference_threads, load_for
 from seg.inference.media import write_image
+from seg.inference.predictor import Predictor, build_predictor
 from seg.inference.refine import build_refiner
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent
@@ -61,7 +61,7 @@ def default_out_dir(checkpoint: str | Path, data_name: str, split: str) -> Path:
 
 
 def score_items(
-    predictor: ProbabilityPredictor,
+    predictor: Predictor,
     items: list[Item],
     cfg: EvalConfig,
     num_classes: int,
@@ -105,7 +105,7 @@ def _reduce(totals: dict[str, SegMetrics], device: torch.device) -> None:
 
 
 def write_gallery(
-    predictor: ProbabilityPredictor,
+    predictor: Predictor,
     items: list[Item],
     rows: list[dict[str, Any]],
     cfg: EvalConfig,
@@ -150,7 +150,7 @@ def _result(
     cfg: EvalConfig,
     train_cfg: Config,
     data_name: str,
-    predictor: ProbabilityPredictor,
+    predictor: Predictor,
     totals: dict[str, SegMetrics],
     skipped: list[str],
 ) -> dict[str, Any]:
@@ -180,7 +180,7 @@ def _result(
         "confusion": {**confusion, "all": overall.confusion.tolist()},
         "skipped": skipped,
         "device": str(predictor.device),
-        "backend": predictor.predictors[0].model.backend,
+        "backend": predictor.model.backend,
         "precision": InferencePrecision(cfg.precision).value,
         "world_size": du.world_size(),
     }
@@ -189,7 +189,7 @@ def _result(
 def write_outputs(
     result: dict[str, Any],
     rows: list[dict[str, Any]],
-    predictor: ProbabilityPredictor,
+    predictor: Predictor,
     items: list[Item],
     cfg: EvalConfig,
     out_dir: Path,
@@ -211,7 +211,7 @@ def write_outputs(
 
 def _score(
     cfg: EvalConfig,
-    predictor: ProbabilityPredictor,
+    predictor: Predictor,
     items: list[Item],
     train_cfg: Config,
     data_name: str,
@@ -270,20 +270,20 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     data_name = DatasetName(data_cfg.name).value
     out_dir = Path(cfg.out) if cfg.out else default_out_dir(cfg.checkpoint, data_name, cfg.split)
     items = list_items(data_cfg, cfg.split, cfg.max_images)
-    predictor = build_probability_predictor(
+    predictor = build_predictor(
         model,
         train_cfg,
         cfg.device,
         cfg.column_devices,
-        TTA.flip in cfg.tta,
+        cfg.tta,
         cfg.scales,
         cfg.slide.window,
         cfg.slide.stride,
         build_refiner(cfg.refine),
     )
     owns_group = not du.is_distributed()  # a caller's process group is left alone
-    du.init_distributed(predictor.predictors[0].model.devices)
-    with inference_threads(predictor.predictors[0].model):
+    du.init_distributed(predictor.model.devices)
+    with inference_threads(predictor.model):
         try:
             result = _score(cfg, predictor, items, train_cfg, data_name, out_dir, started)
         finally:
