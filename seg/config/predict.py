@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
 from omegaconf import MISSING
 
@@ -98,12 +97,6 @@ def check_predict_config(cfg: PredictConfig) -> None:
     for ok, key, value, expected in checks:
         if not ok:
             raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")
-    source = Path(cfg.input).expanduser()
-    if source.is_dir() and source.resolve() == Path(cfg.out).expanduser().resolve():
-        raise ConfigError(
-            f"out={cfg.out!r} is the input folder: a second run would predict its own outputs; "
-            "choose another folder (e.g. a subfolder)"
-        )
 
 
 def _names(enum: type[Enum]) -> str:

@@ -208,7 +208,13 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     ``train_cfg`` is the config the model was trained with (its eval size, mean and std).
     Returns ``{"images", "frames", "written", "skipped", "device", "backend"}``.
     """
-    inputs = find_inputs(Path(cfg.input))
+    source = Path(cfg.input).expanduser()
+    if source.is_dir() and source.resolve() == Path(cfg.out).expanduser().resolve():
+        raise ConfigError(
+            f"out={cfg.out!r} is the input folder: a second run would predict its own outputs; "
+            "choose another folder (e.g. a subfolder)"
+        )
+    inputs = find_inputs(source)
     spec = build_output_spec(cfg)
     for video in inputs.videos:  # fail before any work is done
         check_video_outputs(video, spec.kinds)
