@@ -34,6 +34,11 @@ class UserError(Exception):
 class ConfigError(UserError, ValueError):
     """A configuration value out of range, of the wrong kind or inconsistent with another."""
 
+    @classmethod
+    def invalid(cls, key: str, value: object, expected: str) -> ConfigError:
+        """The one wording of a range check's failure: ``key=value is invalid: expected ...``."""
+        return cls(f"{key}={value!r} is invalid: expected {expected}")
+
 
 class DataError(UserError, ValueError):
     """Input data that cannot be used: an unreadable photo, a mask that does not fit it, an

@@ -250,7 +250,9 @@ def test_decoder_stride_joins_the_first_stage_at_2(stride, levels):
 
 
 def test_bad_decoder_stride_names_the_key():
-    with pytest.raises(ValueError, match=r"model.decoder_stride must be one of \(2, 4\), got 8"):
+    with pytest.raises(
+        ValueError, match=r"model.decoder_stride=8 is invalid: expected one of \(2, 4\)"
+    ):
         model_config("dual_channel", ("model.decoder_stride=8",))
 
 

@@ -318,7 +318,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("key", "value"), BAD_VALUES)
 def test_bad_config_values_name_the_key(key: str, value) -> None:
-    message = rf"aug\.{key} .*{re.escape(repr(value))}"
+    message = rf"aug\.{key}={re.escape(repr(value))} is invalid: expected"
     with pytest.raises(ValueError, match=message):  # the schema refuses to be made with it
         dataclasses.replace(AugConfig(), **{key: value})
     cfg = AugConfig()

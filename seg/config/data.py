@@ -98,7 +98,7 @@ class DataConfig:
         for key in ("val_fraction", "test_fraction", "negatives_p"):
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and 0.0 <= value < 1.0):
-                raise ConfigError(f"data.{key}={value!r} is invalid: expected a share in [0, 1)")
+                raise ConfigError.invalid(f"data.{key}", value, "a share in [0, 1)")
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ConfigError(
                 f"data.val_fraction + data.test_fraction = "
@@ -184,14 +184,14 @@ def _size(cfg: AugConfig, key: str) -> tuple[int, int]:
         not isinstance(v, bool) and isinstance(v, int) and v > 0 for v in items
     )
     if not ok:
-        raise ConfigError(f"aug.{key} must be 2 positive integers [height, width], got {value!r}")
+        raise ConfigError.invalid(f"aug.{key}", value, "2 positive integers [height, width]")
     return items[0], items[1]
 
 
 def _number(cfg: AugConfig, key: str, lo: float, hi: float) -> float:
     value = getattr(cfg, key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-        raise ConfigError(f"aug.{key} must be a number in [{lo}, {hi}], got {value!r}")
+        raise ConfigError.invalid(f"aug.{key}", value, f"a number in [{lo}, {hi}]")
     return float(value)
 
 
@@ -202,14 +202,14 @@ def _floats(cfg: AugConfig, key: str, length: int) -> list[float]:
     except (TypeError, ValueError):
         items = []
     if len(items) != length or not all(math.isfinite(v) for v in items):
-        raise ConfigError(f"aug.{key} must be {length} finite numbers, got {value!r}")
+        raise ConfigError.invalid(f"aug.{key}", value, f"{length} finite numbers")
     return items
 
 
 def _count(cfg: AugConfig, key: str, lo: int, hi: int) -> int:
     value = getattr(cfg, key)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ConfigError(f"aug.{key} must be an integer in [{lo}, {hi}], got {value!r}")
+        raise ConfigError.invalid(f"aug.{key}", value, f"an integer in [{lo}, {hi}]")
     return value
 
 
@@ -224,9 +224,8 @@ def _range(cfg: AugConfig, key: str, lo: float, hi: float, integer: bool = False
     ok = len(items) == 2 and all(isinstance(v, kind) and not isinstance(v, bool) for v in items)
     if not (ok and lo <= items[0] <= items[1] <= hi):
         what = "integers" if integer else "numbers"
-        raise ConfigError(
-            f"aug.{key} must be 2 {what} [low, high] with {lo} <= low <= high <= {hi}, "
-            f"got {value!r}"
+        raise ConfigError.invalid(
+            f"aug.{key}", value, f"2 {what} [low, high] with {lo} <= low <= high <= {hi}"
         )
     return (items[0], items[1]) if integer else (float(items[0]), float(items[1]))
 
@@ -235,8 +234,8 @@ def _mask_fill(cfg: AugConfig) -> int:
     # Any other value would be a class label: padding would become "person" or an unknown class.
     value = cfg.mask_fill
     if isinstance(value, bool) or value not in (0, IGNORE_INDEX):
-        raise ConfigError(
-            f"aug.mask_fill must be 0 (background) or {IGNORE_INDEX} (ignore), got {value!r}"
+        raise ConfigError.invalid(
+            "aug.mask_fill", value, f"0 (background) or {IGNORE_INDEX} (ignore)"
         )
     return int(value)
 
@@ -247,9 +246,9 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
     a config changed in place after it was made."""
     lo, hi = _floats(cfg, "scale", 2)
     if not 0 < lo <= hi:
-        raise ConfigError(f"aug.scale must be [lo, hi] with 0 < lo <= hi, got {cfg.scale!r}")
+        raise ConfigError.invalid("aug.scale", cfg.scale, "[lo, hi] with 0 < lo <= hi")
     if not all(v > 0 for v in _floats(cfg, "std", 3)):
-        raise ConfigError(f"aug.std must be 3 positive numbers, got {cfg.std!r}")
+        raise ConfigError.invalid("aug.std", cfg.std, "3 positive numbers")
     _floats(cfg, "mean", 3)
     for key in ("brightness", "contrast", "saturation", "shift", "hflip", "affine_p"):
         _number(cfg, key, 0.0, 1.0)
@@ -269,9 +268,9 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
     _number(cfg, "paste_feather", 0.0, 10.0)
     blur_limit = _range(cfg, "blur_limit", 3, 31, integer=True)
     if blur_limit[0] % 2 == 0 or blur_limit[1] % 2 == 0:
-        raise ConfigError(f"aug.blur_limit must be odd kernel sizes, got {cfg.blur_limit!r}")
+        raise ConfigError.invalid("aug.blur_limit", cfg.blur_limit, "odd kernel sizes")
     if _range(cfg, "paste_scale", 0.0, 1.0)[0] <= 0:  # drawn log-uniformly
-        raise ConfigError(f"aug.paste_scale must be > 0, got {cfg.paste_scale!r}")
+        raise ConfigError.invalid("aug.paste_scale", cfg.paste_scale, "sizes > 0")
     _count(cfg, "paste_max_people", 1, 10)
     _range(cfg, "noise_std", 0.0, 1.0)
     _range(cfg, "jpeg_quality", 1, 100, integer=True)
@@ -281,5 +280,5 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
         _count(cfg, "train_size", 16, 8192)
     names = [m.value for m in Interpolation]
     if getattr(cfg.interpolation, "value", cfg.interpolation) not in names:
-        raise ConfigError(f"aug.interpolation must be one of {names}, got {cfg.interpolation!r}")
+        raise ConfigError.invalid("aug.interpolation", cfg.interpolation, f"one of {names}")
     _mask_fill(cfg)

@@ -165,7 +165,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
     ]
     for ok, key, value, expected in checks:
         if not ok:
-            raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")
+            raise ConfigError.invalid(key, value, expected)
 
 
 def compose_eval_config(overrides: list[str]) -> EvalConfig:

@@ -94,6 +94,6 @@ class ModelConfig:
 
     def __post_init__(self) -> None:  # as every schema: range checks when the object is made
         if self.decoder_stride not in DECODER_STRIDES:
-            raise ConfigError(
-                f"model.decoder_stride must be one of {DECODER_STRIDES}, got {self.decoder_stride}"
+            raise ConfigError.invalid(
+                "model.decoder_stride", self.decoder_stride, f"one of {DECODER_STRIDES}"
             )

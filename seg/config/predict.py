@@ -96,7 +96,7 @@ def check_predict_config(cfg: PredictConfig) -> None:
     ]
     for ok, key, value, expected in checks:
         if not ok:
-            raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")
+            raise ConfigError.invalid(key, value, expected)
 
 
 def _names(enum: type[Enum]) -> str:

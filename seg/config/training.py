@@ -37,7 +37,7 @@ class ScheduleName(str, Enum):
 def _check(ok: bool, key: str, value: Any, expected: str) -> None:
     """A range check; a NaN or infinite number never passes (``inf > 0`` holds)."""
     if not ok or (isinstance(value, float) and not math.isfinite(value)):
-        raise ConfigError(f"{key}={value!r} is invalid: expected {expected}")
+        raise ConfigError.invalid(key, value, expected)
 
 
 @dataclass
