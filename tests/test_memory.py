@@ -24,8 +24,9 @@ from seg.inference.predictor import LogitRestorer, build_predictor
 from seg.inference.render import cutout, overlay
 
 # Peak memory above the warm process, bytes per pixel of a 3200 x 2400 photo (measured with the
-# tiny test model: evaluation 17.9, prediction 16.7; at 4000 x 3000 19.7 and 14.9). Before the
-# banded restoring:
+# tiny test model and malloc's mmap threshold fixed, see peak_bytes_per_pixel: evaluation
+# 25.2-25.5, prediction 16.2-16.4 in 4 runs; without the fixed threshold 20.5-28.0 and 5.2-7.4
+# in 3, and up to 34 on a busy machine). Before the banded restoring:
 # evaluation 67 (full-size float probabilities, int64 labels, a distance transform, full-size
 # gallery panels), prediction 31 (a batch of full-size predictions, float blends).
 EVALUATE_BYTES_PER_PIXEL = 35
@@ -57,9 +58,15 @@ def large_photo(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def peak_bytes_per_pixel(checkpoint: Path, root: Path, kind: str, out: Path) -> float:
+    """The peak of ``kind`` on the photo in ``root``, in a fresh process. glibc's malloc would
+    raise its mmap threshold after the warm run's large frees (up to 32 MB), so the measured
+    run's blocks of a few MB (the bands) would come from the heap and stay resident when freed:
+    a peak of allocator history, not of live memory, that varied from 19 to 34 bytes per pixel
+    between runs. A fixed threshold (1 MB) maps every large block and unmaps it when freed."""
     args = [sys.executable, str(REPO / "tests" / "peak_memory.py")]
     args += [str(checkpoint), str(root), kind, str(out)]
-    done = subprocess.run(args, capture_output=True, text=True, env=subprocess_env(), check=False)
+    env = {**subprocess_env(), "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+    done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return float(done.stdout.strip().splitlines()[-1])
 
