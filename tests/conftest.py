@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch import nn
 from training_utils import (
     calibrated_model,
@@ -33,6 +34,14 @@ from seg.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = Path(os.environ.get("SEG_SHARED_DATASETS", REPO.parent / "shared" / "datasets"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n N``) each worker takes its share of the cores for torch's
+    intra-op threads: N workers of all the cores each would oversubscribe them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        torch.set_num_threads(max(1, torch.get_num_threads() // workers))
 
 
 @pytest.fixture(scope="session")
