@@ -79,8 +79,11 @@ def test_folder_gives_every_output_at_the_original_size(setup, photos, tmp_path)
         mask = cv2.imread(str(files["mask"]), cv2.IMREAD_UNCHANGED)
         assert set(np.unique(mask)) <= {0, 255}
         both_classes += len(np.unique(mask)) == 2
-        # The file is the predictor's mask (batched with other sizes = predicted alone).
-        np.testing.assert_array_equal(mask, predictor([image])[0].mask * 255)
+        # The file is the predictor's mask (batched with other sizes = predicted alone, up to
+        # the order of a convolution's sums: a pixel on the 0.5 boundary may flip).
+        expected = predictor([image])[0]
+        flipped = mask != expected.mask * 255
+        assert np.all(np.abs(expected.prob[flipped] - 0.5) < 1e-3), expected.prob[flipped]
         cut = cv2.cvtColor(
             cv2.imread(str(files["cutout"]), cv2.IMREAD_UNCHANGED), cv2.COLOR_BGRA2RGBA
         )
@@ -339,7 +342,11 @@ def test_script_on_a_landscape_photo_writes_a_mask_of_its_size(
     assert load_script("predict").main([*args, "progress=false"]) == 0
     mask = cv2.imread(str(out / "1_mask.png"), cv2.IMREAD_UNCHANGED)
     assert mask.shape == (183, 276) and 0 < mask.mean() < 255
-    np.testing.assert_array_equal(mask, predictor([image])[0].mask * 255)
+    expected = predictor([image])[0]
+    # the script's model is the checkpoint's copy: its sums may run in another order (thread
+    # count, memory format), so only a pixel on the 0.5 boundary may come out the other way
+    flipped = mask != expected.mask * 255
+    assert np.all(np.abs(expected.prob[flipped] - 0.5) < 1e-3), expected.prob[flipped]
 
 
 def test_devices_are_chosen_automatically_or_per_column():
