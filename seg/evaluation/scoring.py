@@ -42,8 +42,7 @@ from seg.evaluation.samples import Item, list_items, raw_loader
 from seg.fileio import write_json, write_text
 from seg.inference.backend import inference_threads, load_for
 from seg.inference.media import write_image
-from seg.inference.predictor import Predictor, build_predictor
-from seg.inference.refine import build_refiner
+from seg.inference.predictor import Predictor, predictor_from_options
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent
 
@@ -270,17 +269,7 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     data_name = DatasetName(data_cfg.name).value
     out_dir = Path(cfg.out) if cfg.out else default_out_dir(cfg.checkpoint, data_name, cfg.split)
     items = list_items(data_cfg, cfg.split, cfg.max_images)
-    predictor = build_predictor(
-        model,
-        train_cfg,
-        cfg.device,
-        cfg.column_devices,
-        cfg.tta,
-        cfg.scales,
-        cfg.slide.window,
-        cfg.slide.stride,
-        build_refiner(cfg.refine),
-    )
+    predictor = predictor_from_options(model, train_cfg, cfg)
     owns_group = not du.is_distributed()  # a caller's process group is left alone
     du.init_distributed(predictor.model.devices)
     with inference_threads(predictor.model):

@@ -31,8 +31,7 @@ from seg.inference.media import (
     open_video,
     write_image,
 )
-from seg.inference.predictor import Predictor, build_predictor
-from seg.inference.refine import build_refiner
+from seg.inference.predictor import Predictor, predictor_from_options
 from seg.inference.render import SUFFIXES, Background, RenderOptions, render
 
 log = logging.getLogger(__name__)
@@ -218,17 +217,7 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     spec = build_output_spec(cfg)
     for video in inputs.videos:  # fail before any work is done
         check_video_outputs(video, spec.kinds)
-    predictor = build_predictor(
-        model,
-        train_cfg,
-        cfg.device,
-        cfg.column_devices,
-        cfg.tta,
-        cfg.scales,
-        cfg.slide.window,
-        cfg.slide.stride,
-        build_refiner(cfg.refine),
-    )
+    predictor = predictor_from_options(model, train_cfg, cfg)
     with inference_threads(predictor.model):
         return _predict_all(cfg, predictor, inputs, spec)
 

@@ -19,18 +19,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seg.config import PERSON, TTA, Config
+from seg.config import PERSON, TTA, Config, RefineConfig, SlideConfig
 from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
 from seg.errors import ConfigError
-from seg.inference.refine import GuidedRefiner
+from seg.inference.refine import GuidedRefiner, build_refiner
 from seg.models import SegmentationModel
 
 # Values (classes x rows x columns) of full-size logits worked on at once: 4 M floats, 16 MB
@@ -309,3 +310,32 @@ def build_predictor(
         views.append(Scale(size, build_eval_transform(aug)))
     flip = TTA.flip in [TTA(t) for t in tta]
     return Predictor(model, views, flip, window, stride, refine, eval_size)
+
+
+class PredictorOptions(Protocol):
+    """The options ``predict.py`` and ``evaluate.py`` share (PredictConfig, EvalConfig)."""
+
+    device: str
+    column_devices: list[str]
+    tta: list[TTA]
+    scales: list[float]
+    slide: SlideConfig
+    refine: RefineConfig
+
+
+def predictor_from_options(
+    model: SegmentationModel, cfg: Config, options: PredictorOptions
+) -> Predictor:
+    """:func:`build_predictor` with a script config's ``device``, ``column_devices``, ``tta``,
+    ``scales``, ``slide`` and ``refine``; ``cfg`` is the model's training config."""
+    return build_predictor(
+        model,
+        cfg,
+        options.device,
+        options.column_devices,
+        options.tta,
+        options.scales,
+        options.slide.window,
+        options.slide.stride,
+        build_refiner(options.refine),
+    )
