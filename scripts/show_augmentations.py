@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seg.config import Config, register_configs
 from seg.data import build_dataset
+from seg.errors import ConfigError, DataError
 from seg.evaluation import panels
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def augmentation_grid(cfg: ShowConfig) -> np.ndarray:
     """RGB uint8 grid of ``cfg``'s data and augmentations (``panels.augmentation_grid``)."""
     dataset = build_dataset(cfg.data, cfg.split)
     if len(dataset) == 0:
-        raise ValueError(f"the {cfg.split!r} split of data={cfg.data.name} is empty")
+        raise DataError(f"the {cfg.split!r} split of data={cfg.data.name} is empty")
     pool = None  # the people to paste: the training photos, read only when pasting
     if cfg.aug.paste_p > 0:
         pool = dataset if cfg.split == "train" else build_dataset(cfg.data, "train")
@@ -55,8 +56,10 @@ def augmentation_grid(cfg: ShowConfig) -> np.ndarray:
 @hydra.main(config_path="../configs", config_name="train", version_base="1.3")
 def main(raw: DictConfig) -> None:
     cfg: ShowConfig = OmegaConf.to_object(raw)  # type: ignore[assignment]
-    if cfg.samples < 1 or cfg.augs < 0:
-        raise ValueError(f"samples must be >= 1 and augs >= 0, got {cfg.samples} and {cfg.augs}")
+    if cfg.samples < 1:
+        raise ConfigError.invalid("samples", cfg.samples, "an integer >= 1")
+    if cfg.augs < 0:
+        raise ConfigError.invalid("augs", cfg.augs, "an integer >= 0")
     grid = augmentation_grid(cfg)
     # Hydra keeps the working directory (version_base 1.3), so a relative path is the caller's.
     out = Path(cfg.out)
