@@ -75,8 +75,8 @@ def _decode(data: np.ndarray, flags: int, path: Path, max_pixels: int) -> np.nda
         h, w = array.shape[:2]
         raise BadSampleError(
             path,
-            f"{w} x {h} pixels ({w * h / 1e6:.0f} MP) exceed the decode limit of "
-            f"{max_pixels / 1e6:.0f} MP (seg.data.io.MAX_IMAGE_PIXELS): downscale it first",
+            f"{w} x {h} pixels ({w * h:,}) exceed the decode limit of {max_pixels:,} pixels: "
+            "downscale it first",
         )
     return array
 
@@ -94,8 +94,8 @@ def _check_pixels(data: np.ndarray, path: Path, max_pixels: int) -> None:
     if w * h > max_pixels:
         raise BadSampleError(
             path,
-            f"{w} x {h} pixels ({w * h / 1e6:.0f} MP) exceed the decode limit of "
-            f"{max_pixels / 1e6:.0f} MP (seg.data.io.MAX_IMAGE_PIXELS): downscale it first",
+            f"{w} x {h} pixels ({w * h:,}) exceed the decode limit of {max_pixels:,} pixels: "
+            "downscale it first",
         )
 
 

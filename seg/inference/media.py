@@ -20,7 +20,9 @@ from seg.fileio import atomic_path, temp_beside
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg")
-VIDEO_FOURCC = "mp4v"
+# The codec of each video container the writers make: mp4v for predict.py's .mp4 (plays in
+# desktop players), VP8 for .webm (plays in every browser: the demo page's videos).
+VIDEO_FOURCC = {".mp4": "mp4v", ".webm": "VP80"}
 
 
 @dataclass
@@ -121,18 +123,21 @@ def frame_batches(capture: cv2.VideoCapture, batch_size: int) -> Iterator[list[n
 
 
 class VideoWriter:
-    """mp4v writer of RGB (or gray) frames into a temporary file, renamed on :meth:`commit`."""
+    """Writer of RGB (or gray) frames into a temporary file, renamed on :meth:`commit`; the
+    codec follows ``path``'s suffix (``VIDEO_FOURCC``: .mp4 or .webm)."""
 
     def __init__(self, path: Path, fps: float, size_hw: tuple[int, int]) -> None:
         self.path = path
         self.size_hw = size_hw
-        self._tmp = temp_beside(path)
         h, w = size_hw
-        fourcc = cv2.VideoWriter_fourcc(*VIDEO_FOURCC)
-        self._writer = cv2.VideoWriter(str(self._tmp), fourcc, fps, (w, h))
+        codec = VIDEO_FOURCC.get(path.suffix.lower())
+        if codec is None:
+            raise ValueError(f"{path}: videos are written as {sorted(VIDEO_FOURCC)}")
+        self._tmp = temp_beside(path)
+        self._writer = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*codec), fps, (w, h))
         if not self._writer.isOpened():
             self.abort()
-            raise OSError(f"{path}: OpenCV could not open a {VIDEO_FOURCC} video writer")
+            raise OSError(f"{path}: OpenCV could not open a {codec} video writer")
 
     def write(self, frame: np.ndarray) -> None:
         """Append uint8 (H, W) gray or (H, W, 3) RGB."""

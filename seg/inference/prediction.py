@@ -61,10 +61,11 @@ class OutputSpec:
     kinds: list[OutputKind]
     options: RenderOptions
     jpeg_quality: int = 95
+    video_ext: str = ".mp4"  # or .webm (seg.inference.media.VIDEO_FOURCC)
 
     def path(self, stem: str, kind: OutputKind, video: bool = False) -> Path:
         suffix, ext = SUFFIXES[kind]
-        return self.out_dir / f"{stem}_{suffix}{'.mp4' if video else ext}"
+        return self.out_dir / f"{stem}_{suffix}{self.video_ext if video else ext}"
 
 
 def _read_batches(
@@ -136,7 +137,8 @@ def predict_video(
     batch_size: int = 8,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Predict a video frame by frame in batches; one mp4v video ``<stem>_<kind>.mp4`` per kind.
+    """Predict a video frame by frame in batches; one video ``<stem>_<kind><spec.video_ext>`` per
+    kind (mp4v .mp4 or VP8 .webm).
 
     The outputs appear only once complete. Returns ``{"frames": n, "written": [paths],
     "seconds": {stage: s}}``, the wall time of each stage (decode, infer, render, encode). A
