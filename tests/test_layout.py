@@ -20,7 +20,7 @@ LAYERS = [
     {"seg.inference"},
     {"seg.evaluation"},
     {"seg.engine"},
-    {"seg.export", "seg.benchmark", "seg.analysis", "seg.cli"},
+    {"seg.export", "seg.benchmark", "seg.analysis", "seg.cli", "seg.demo"},
 ]
 ALLOWED: set[tuple[str, str]] = set()
 TORCH_FREE = {"seg.errors", "seg.config", "seg.fileio", "seg.locks"}

@@ -31,6 +31,7 @@ from seg.config.data import (
     MaskEncoding,
     check_aug_config_ranges,
 )
+from seg.config.demo import DemoConfig, compose_demo_config
 from seg.config.evaluate import (
     TTA,
     Backend,
@@ -78,6 +79,7 @@ __all__ = [
     "Config",
     "DataConfig",
     "DatasetName",
+    "DemoConfig",
     "EvalConfig",
     "ExportConfig",
     "FolderConfig",
@@ -103,6 +105,7 @@ __all__ = [
     "check_retired_overrides",
     "compose",
     "compose_config",
+    "compose_demo_config",
     "compose_dict",
     "compose_eval_config",
     "compose_options",

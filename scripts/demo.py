@@ -1,0 +1,50 @@
+"""A local page to try a trained model on photos, videos and the webcam (Gradio).
+
+    pip install -e ".[demo]"
+    python scripts/demo.py checkpoint=runs/x                 # a run folder, a .pt, or
+    python scripts/demo.py checkpoint=runs                   # a folder of runs: a model picker
+    python scripts/demo.py checkpoint=runs/x examples=photos/ port=8080
+
+Options are Hydra-style key=value overrides of ``seg.config.DemoConfig``:
+  checkpoint  a checkpoint, a run folder, or a folder of run folders (required)
+  host, port  where the page listens (default 127.0.0.1:7860; port=0: a free port). host=0.0.0.0
+              serves everyone who can reach this machine: there is no login (README, "Demo page")
+  examples    a folder whose first max_examples photos the page offers as examples
+  device, column_devices, backend, threads, precision, calibration, slide.*, refine.*: as
+              predict.py's (ONNX Runtime on a CPU by default): the page predicts with its predictor
+  webcam_fps  frames per second the browser sends at most (default 10)
+  max_pixels  photos beyond it are refused with a message (default: predict.py's limit)
+The page offers per photo: threshold, test-time flip and scales, soft edges, background colour
+or photo. Prints the page's address once it listens; Ctrl-C stops it. Exits 2 on bad options
+or a damaged checkpoint, naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from seg.cli import run_script
+
+log = logging.getLogger("demo")
+
+
+def main(argv: list[str]) -> int:
+    return run_script("demo", __doc__, argv, _demo)
+
+
+def _demo(argv: list[str]) -> int:
+    from seg.config import compose_demo_config
+
+    cfg = compose_demo_config(argv)
+    from seg.demo import Models, import_gradio, serve, warm_up
+
+    import_gradio()  # before loading any model: says how to install it where it is missing
+    models = Models(cfg)
+    warm_up(models, models.labels[:1])  # the first model's export is made before the page opens
+    serve(cfg, models, ready=lambda url: print(f"demo page: {url}", flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,336 @@
+"""The demo page (scripts/demo.py) in a real server process, driven by a real headless browser.
+
+Chromium and its driver come from the distribution's packages (.ci/run installs them where it
+can); without them, or without gradio/selenium, these tests skip saying what is missing.
+``SEG_DEMO_CHECKPOINT=<run>`` serves a real model instead of the tiny one and
+``SEG_DEMO_SCREENSHOT=docs/demo.png`` keeps the page's screenshot (docs/demo.png is made so).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PHOTO = Path("eg_portrait/data/images_data_crop/00002.jpg")  # a real test photo (../shared)
+
+
+def _browser() -> tuple[str, str]:
+    pytest.importorskip("gradio", reason='the demo page needs gradio: pip install -e ".[dev]"')
+    pytest.importorskip(
+        "selenium", reason='the browser tests need selenium: pip install -e ".[dev]"'
+    )
+    binary = next(
+        filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
+    )
+    driver = shutil.which("chromedriver")
+    if not binary or not driver:
+        pytest.skip(
+            "no Chromium or chromedriver on PATH (Debian/Ubuntu: apt-get install chromium "
+            "chromium-driver; .ci/run installs them where it may)"
+        )
+    return binary, driver
+
+
+def _wait(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def server(exported_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``scripts/demo.py`` serving the tiny checkpoint (or ``SEG_DEMO_CHECKPOINT``) on a free
+    port of 127.0.0.1; yields the page's address."""
+    _browser()
+    checkpoint = os.environ.get("SEG_DEMO_CHECKPOINT") or str(exported_tiny)
+    log = tmp_path_factory.mktemp("demo") / "server.log"
+    cmd = [sys.executable, str(REPO / "scripts" / "demo.py"), f"checkpoint={checkpoint}"]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*cmd, "port=0", "threads=1"], stdout=out, stderr=out, env=env)
+    try:
+
+        def address() -> str | None:
+            assert proc.poll() is None, f"the demo server exited:\n{log.read_text()}"
+            lines = [x for x in log.read_text().splitlines() if x.startswith("demo page: ")]
+            return lines[0].removeprefix("demo page: ").strip() if lines else None
+
+        yield _wait(address, 120, "the demo server's address")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser(server: str) -> Iterator[object]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = _browser()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1400,1800")
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    try:
+        driver.get(server)
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _upload_and_segment(driver, photo: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    field = _wait(
+        lambda: driver.find_elements(By.CSS_SELECTOR, "#photo input[type=file]"), 60, "the page"
+    )[0]
+    field.send_keys(str(photo))
+    driver.find_element(By.ID, "segment").click()
+
+
+def _mask_from_page(driver, before: str | None) -> tuple[np.ndarray, str]:
+    """The mask image the page shows (a PNG the server wrote), once it differs from ``before``."""
+    from selenium.webdriver.common.by import By
+
+    def src() -> str | None:
+        images = driver.find_elements(By.CSS_SELECTOR, "#mask img")
+        value = images[0].get_attribute("src") if images else None
+        return value if value and value != before else None
+
+    url = _wait(src, 120, "the mask on the page")
+    with urllib.request.urlopen(url, timeout=30) as response:
+        data = np.frombuffer(response.read(), np.uint8)
+    return cv2.imdecode(data, cv2.IMREAD_UNCHANGED), url
+
+
+def test_page_mask_equals_predict_py_and_a_corrupt_file_is_a_message(
+    browser, server: str, shared_datasets: Path, exported_tiny: Path, tmp_path: Path
+) -> None:
+    """A corrupt upload shows a message naming the file and the page keeps serving; then a real
+    photo's mask on the page is predict.py's mask file for that photo, pixel for pixel."""
+    from selenium.webdriver.common.by import By
+
+    corrupt = tmp_path / "corrupt.jpg"
+    corrupt.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
+    _upload_and_segment(browser, corrupt)
+    body = lambda: browser.find_element(By.TAG_NAME, "body").text  # noqa: E731
+    message = _wait(lambda: "corrupt or unreadable" in body() and body(), 60, "the error")
+    assert "corrupt.jpg: corrupt or unreadable image" in message
+    assert "Traceback" not in message
+
+    photo = tmp_path / "portrait.jpg"
+    shutil.copy(shared_datasets / PHOTO, photo)
+    browser.refresh()
+    _upload_and_segment(browser, photo)
+    shown, _ = _mask_from_page(browser, None)
+
+    checkpoint = os.environ.get("SEG_DEMO_CHECKPOINT") or str(exported_tiny)
+    out = tmp_path / "predicted"
+    args = [f"checkpoint={checkpoint}", f"input={photo}", f"out={out}", "outputs=[mask]"]
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "predict.py"),
+            *args,
+            "threads=1",
+            "progress=false",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    expected = cv2.imread(str(out / "portrait_mask.png"), cv2.IMREAD_UNCHANGED)
+    assert shown.shape == expected.shape == cv2.imread(str(photo)).shape[:2]
+    assert 0 < expected.mean() < 255  # both classes: the comparison means something
+    np.testing.assert_array_equal(shown, expected)
+
+    _wait(lambda: "ms" in browser.find_element(By.ID, "info").text, 30, "the timing line")
+    shot = tmp_path / "demo.png"
+    browser.save_screenshot(str(shot))
+    assert cv2.imread(str(shot)).shape[0] > 0
+    if target := os.environ.get("SEG_DEMO_SCREENSHOT"):
+        shutil.copy(shot, REPO / target)
+
+
+# The page's functions, in-process (no server, no browser).
+
+
+def _demo_cfg(checkpoint: Path, **overrides: object):
+    from seg.config import compose_demo_config
+
+    args = [f"checkpoint={checkpoint}", "backend=torch", "device=cpu"]
+    return compose_demo_config([*args, *(f"{k}={v}" for k, v in overrides.items())])
+
+
+def test_find_runs_takes_a_checkpoint_a_run_or_a_folder_of_runs(exported_tiny: Path, tmp_path):
+    from seg.checkpoint import CheckpointError
+    from seg.demo import find_runs
+    from seg.errors import MissingFileError
+
+    run = exported_tiny.parents[1]  # run/checkpoints/best.pt
+    assert find_runs(exported_tiny) == {f"{run.name}/best.pt": exported_tiny}
+    assert find_runs(run) == {run.name: exported_tiny}
+    for name in ("b_run", "a_run"):
+        shutil.copytree(run, tmp_path / "runs" / name)
+    (tmp_path / "runs" / "notes").mkdir()  # not a run: left out
+    runs = find_runs(tmp_path / "runs")
+    assert list(runs) == ["a_run", "b_run"]
+    assert runs["a_run"] == tmp_path / "runs" / "a_run" / "checkpoints" / "best.pt"
+    with pytest.raises(CheckpointError, match="no run folder"):
+        find_runs(tmp_path / "runs" / "notes")
+    with pytest.raises(MissingFileError, match="nope"):
+        find_runs(tmp_path / "nope")
+
+
+def test_run_card_shows_the_recipe_and_the_validation_figures(tiny_run: Path) -> None:
+    from seg.checkpoint import load_checkpoint
+    from seg.demo import run_card
+
+    checkpoint = tiny_run / "checkpoints" / "last.pt"
+    card = run_card(checkpoint)
+    ckpt = load_checkpoint(checkpoint)
+    assert f"epoch {ckpt['epoch']}, step {ckpt['step']}" in card
+    assert "model: multicolumn [detail x1]" in card  # the single-column net
+    metrics = ckpt["metrics"]
+    acc, iou = 100 * metrics["val/pixel_acc"], 100 * metrics["val/iou_person"]
+    assert f"| all | {acc:.2f}% | {iou:.2f}% |" in card
+
+
+def test_page_outputs_are_the_predictors_and_the_threshold_moves_the_mask(
+    exported_tiny: Path, shared_datasets: Path
+) -> None:
+    from seg.config import OutputKind
+    from seg.data.io import read_image
+    from seg.demo import Models, PhotoOptions, segment_photo
+
+    models = Models(_demo_cfg(exported_tiny))
+    (label,) = models.labels
+    image = read_image(shared_datasets / PHOTO)
+    out = segment_photo(models, label, image, PhotoOptions())
+    (pred,) = models.predictor(label).predictions([image])
+    np.testing.assert_array_equal(out[OutputKind.mask], pred.mask.astype(np.uint8) * 255)
+    assert out[OutputKind.cutout].shape == (*image.shape[:2], 4)
+    for kind in (OutputKind.overlay, OutputKind.blur, OutputKind.replace):
+        assert out[kind].shape == image.shape
+    high = segment_photo(models, label, image, PhotoOptions(threshold=0.9))[OutputKind.mask]
+    np.testing.assert_array_equal(high > 0, pred.prob > 0.9)
+    assert (high > 0).sum() <= pred.mask.sum()
+
+
+def test_user_mistakes_are_messages_naming_the_file(exported_tiny: Path, tmp_path: Path) -> None:
+    from seg.checkpoint import CheckpointError
+    from seg.data.io import BadSampleError
+    from seg.demo import Models, read_photo
+
+    photo = tmp_path / "upload.png"
+    cv2.imwrite(str(photo), np.zeros((40, 50, 3), np.uint8))
+    with pytest.raises(
+        BadSampleError,
+        match=r"my photo.png: 50 x 40 pixels \(2,000\) exceed the decode limit of 1,000",
+    ):
+        read_photo(photo, "my photo.png", max_pixels=1000)
+    assert read_photo(photo, "my photo.png").shape == (40, 50, 3)
+    damaged = tmp_path / "damaged" / "best.pt"
+    damaged.parent.mkdir()
+    damaged.write_bytes(exported_tiny.read_bytes()[:5000])  # cut short
+    models = Models(_demo_cfg(damaged))
+    with pytest.raises(CheckpointError, match=r"best\.pt"):
+        models.predictor(models.labels[0])
+
+
+def test_handlers_show_a_user_error_and_hide_a_bug(caplog) -> None:
+    gr = pytest.importorskip("gradio")
+    from seg.demo import user_errors
+    from seg.errors import ConfigError
+
+    def mistake() -> None:
+        raise ConfigError("threshold=2 is invalid: expected a number in (0, 1)")
+
+    def bug() -> None:
+        raise IndexError("index 3 is out of bounds")
+
+    with pytest.raises(gr.Error, match=r"threshold=2 is invalid"):
+        user_errors(mistake)()
+    with pytest.raises(gr.Error, match=r"internal error \(IndexError\)") as shown:
+        user_errors(bug)()
+    assert "out of bounds" not in str(shown.value)  # the page gets one line ...
+    assert "IndexError: index 3 is out of bounds" in caplog.text  # ... the log the traceback
+    assert user_errors(lambda x: x + 1)(1) == 2
+
+
+def test_video_comes_back_as_webm_frame_for_frame(
+    exported_tiny: Path, shared_datasets: Path, tmp_path: Path
+) -> None:
+    from seg.config import OutputKind
+    from seg.data.io import read_image
+    from seg.demo import Models, PhotoOptions, segment_video
+
+    image = cv2.resize(read_image(shared_datasets / PHOTO), (96, 128))
+    clip = tmp_path / "clip.mp4"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"mp4v"), 5, (96, 128))
+    for shift in range(4):
+        writer.write(cv2.cvtColor(np.roll(image, 8 * shift, axis=1), cv2.COLOR_RGB2BGR))
+    writer.release()
+    models = Models(_demo_cfg(exported_tiny))
+    out = segment_video(
+        models, models.labels[0], clip, OutputKind.mask, tmp_path / "out", PhotoOptions()
+    )
+    assert out.suffix == ".webm" and out.parent == tmp_path / "out"
+    capture = cv2.VideoCapture(str(out))
+    frames = []
+    while (frame := capture.read())[0]:
+        frames.append(frame[1])
+    assert len(frames) == 4 and frames[0].shape[:2] == (128, 96)
+
+
+def test_frame_rate_counts_the_recent_frames() -> None:
+    from seg.demo import FrameRate
+
+    rate = FrameRate(window=5)
+    assert rate.tick(0.0) == 0.0
+    for i in range(1, 10):
+        value = rate.tick(i * 0.1)
+    assert value == pytest.approx(10.0)  # 4 intervals of 0.1 s in the window
+
+
+def test_demo_options_are_checked() -> None:
+    from seg.config import compose_demo_config
+    from seg.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"port=70000 is invalid"):
+        compose_demo_config(["checkpoint=x", "port=70000"])
+    with pytest.raises(ConfigError, match=r"webcam_fps=0.0 is invalid"):
+        compose_demo_config(["checkpoint=x", "webcam_fps=0"])
+
+
+def test_the_page_offers_a_picker_and_a_comparison_for_several_runs(
+    exported_tiny: Path, tmp_path: Path
+) -> None:
+    gr = pytest.importorskip("gradio")
+    from seg.demo import Models, build_page
+
+    for name in ("a_run", "b_run"):
+        shutil.copytree(exported_tiny.parents[1], tmp_path / "runs" / name)
+    models = Models(_demo_cfg(tmp_path / "runs"))
+    page = build_page(models, models.cfg)
+    blocks = list(page.blocks.values())
+    (picker,) = [b for b in blocks if isinstance(b, gr.Dropdown) and b.label == "model"]
+    assert picker.visible and [c[0] for c in picker.choices] == ["a_run", "b_run"]
+    (compare,) = [b for b in blocks if isinstance(b, gr.Tab) and b.label == "Compare"]
+    assert compare.visible
