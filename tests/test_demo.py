@@ -334,3 +334,15 @@ def test_the_page_offers_a_picker_and_a_comparison_for_several_runs(
     assert picker.visible and [c[0] for c in picker.choices] == ["a_run", "b_run"]
     (compare,) = [b for b in blocks if isinstance(b, gr.Tab) and b.label == "Compare"]
     assert compare.visible
+
+
+def test_examples_are_the_first_photos_of_a_folder(tmp_path: Path) -> None:
+    from seg.demo import example_photos
+    from seg.errors import MissingFileError
+
+    for name in ("c.jpg", "a.png", "b.JPG", "notes.txt", "clip.mp4"):
+        (tmp_path / name).write_bytes(b"")
+    assert example_photos(str(tmp_path), 2) == [str(tmp_path / "a.png"), str(tmp_path / "b.JPG")]
+    assert example_photos(str(tmp_path), 0) == [] and example_photos(None, 6) == []
+    with pytest.raises(MissingFileError, match="examples=.*nope"):
+        example_photos(str(tmp_path / "nope"), 6)
