@@ -344,5 +344,5 @@ def test_examples_are_the_first_photos_of_a_folder(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"")
     assert example_photos(str(tmp_path), 2) == [str(tmp_path / "a.png"), str(tmp_path / "b.JPG")]
     assert example_photos(str(tmp_path), 0) == [] and example_photos(None, 6) == []
-    with pytest.raises(MissingFileError, match="examples=.*nope"):
+    with pytest.raises(MissingFileError, match=r"examples=.*nope"):
         example_photos(str(tmp_path / "nope"), 6)
