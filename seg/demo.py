@@ -452,7 +452,7 @@ def build_page(models: Models, cfg: DemoConfig) -> Any:
             with gr.Row():
                 cam = gr.Image(sources=["webcam"], streaming=True, label="webcam")
                 with gr.Column():
-                    cam_out = gr.Image(label="result")
+                    cam_out = gr.Image(label="result", elem_id="webcam_result")
                     fps = gr.Markdown(elem_id="fps")
             cam_kind = gr.Radio([k.value for k in VIDEO_KINDS], value="overlay", label="output")
             rate = gr.State(None)

@@ -86,6 +86,9 @@ def browser(server: str) -> Iterator[object]:
     options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(arg)
+    # A camera for the Webcam tab: Chromium's test pattern, permission granted without a prompt.
+    options.add_argument("--use-fake-device-for-media-stream")
+    options.add_argument("--use-fake-ui-for-media-stream")
     options.add_argument("--window-size=1400,1800")
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
     try:
@@ -166,6 +169,42 @@ def test_page_mask_equals_predict_py_and_a_corrupt_file_is_a_message(
     assert cv2.imread(str(shot)).shape[0] > 0
     if target := os.environ.get("SEG_DEMO_SCREENSHOT"):
         shutil.copy(shot, REPO / target)
+
+
+def test_webcam_frames_stream_through_the_model_and_the_page_shows_their_rate(browser) -> None:
+    """Chromium's fake camera streams into the Webcam tab; frames come back segmented and the
+    page shows the rate it handles them at."""
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    def button(text: str | None = None, label: str | None = None):
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:  # the page redraws while it loads: an element found may be gone when read
+            for b in browser.find_elements(By.TAG_NAME, "button"):
+                if not b.is_displayed():
+                    continue
+                if (text and b.text.strip() == text) or (
+                    label and b.get_attribute("aria-label") == label
+                ):
+                    return b
+        except StaleElementReferenceException:
+            return None
+        return None
+
+    browser.refresh()
+    _wait(lambda: button("Webcam"), 60, "the Webcam tab").click()
+    _wait(lambda: button("Click to Access Webcam"), 30, "the camera button").click()
+    _wait(lambda: button(label="capture photo"), 30, "the record button").click()
+
+    def rate() -> float | None:
+        found = re.search(r"([\d.]+) frames/s", browser.find_element(By.ID, "fps").text)
+        return float(found.group(1)) if found and float(found.group(1)) > 0 else None
+
+    assert _wait(rate, 90, "a second streamed frame") > 0
+    results = browser.find_elements(By.CSS_SELECTOR, "#webcam_result img")
+    assert results and results[0].get_attribute("src")
 
 
 # The page's functions, in-process (no server, no browser).
