@@ -161,11 +161,13 @@ class Models:
                 )
             return loaded.predictors[key]
 
-    def predict(self, label: str, images: list[np.ndarray], flip: bool, scales: bool):
-        """The predictor's :class:`Prediction` of each image (``Predictor.predictions``)."""
+    def predict(
+        self, label: str, images: list[np.ndarray], flip: bool, scales: bool
+    ) -> list[Prediction]:
+        """The predictor's :class:`Prediction` of each image."""
         predictor = self.predictor(label, flip, scales)
         with inference_threads(predictor.model):
-            return predictor.predictions(images)
+            return predictor(images)
 
 
 def read_photo(path: str | Path, name: str, max_pixels: int = 0) -> np.ndarray:
