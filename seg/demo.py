@@ -446,10 +446,12 @@ def build_page(models: Models, cfg: DemoConfig) -> Any:
             )
         with gr.Tab("Video"):
             with gr.Row():
-                video = gr.Video(label="video", sources=["upload"])
-                video_out = gr.Video(label="result", format="webm")
+                video = gr.Video(label="video", sources=["upload"], elem_id="video_in")
+                video_out = gr.Video(label="result", format="webm", elem_id="video_out")
             kind = gr.Radio([k.value for k in VIDEO_KINDS], value="overlay", label="output")
-            gr.Button("Process video").click(on_video, [model, video, kind, *controls], video_out)
+            gr.Button("Process video", elem_id="process_video").click(
+                on_video, [model, video, kind, *controls], video_out
+            )
         with gr.Tab("Webcam"):
             with gr.Row():
                 cam = gr.Image(sources=["webcam"], streaming=True, label="webcam")

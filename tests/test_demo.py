@@ -207,6 +207,56 @@ def test_webcam_frames_stream_through_the_model_and_the_page_shows_their_rate(br
     assert results and results[0].get_attribute("src")
 
 
+def _clip(path: Path, photo: Path, frames: int = 4, size: tuple[int, int] = (96, 128)) -> Path:
+    """A short mp4v video of ``photo`` sliding sideways (``size``: width, height)."""
+    from seg.data.io import read_image
+
+    image = cv2.resize(read_image(photo), size)
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 5, size)
+    for shift in range(frames):
+        writer.write(cv2.cvtColor(np.roll(image, 8 * shift, axis=1), cv2.COLOR_RGB2BGR))
+    writer.release()
+    return path
+
+
+def test_a_video_uploaded_on_the_page_comes_back_processed(
+    browser, shared_datasets: Path, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    clip = _clip(tmp_path / "clip.mp4", shared_datasets / PHOTO)
+    browser.refresh()
+    tab = [
+        b
+        for b in _wait(
+            lambda: browser.find_elements(By.CSS_SELECTOR, "button[role=tab]"), 60, "tabs"
+        )
+        if b.text == "Video"
+    ]
+    tab[0].click()
+    _wait(
+        lambda: browser.find_elements(By.CSS_SELECTOR, "#video_in input[type=file]"),
+        30,
+        "the video box",
+    )[0].send_keys(str(clip))
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#video_in video"), 60, "the upload")
+    browser.find_element(By.ID, "process_video").click()
+
+    def result() -> str | None:
+        videos = browser.find_elements(By.CSS_SELECTOR, "#video_out video")
+        return videos[0].get_attribute("src") if videos else None
+
+    url = _wait(result, 120, "the processed video")
+    out = tmp_path / "out.webm"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        out.write_bytes(response.read())
+    capture = cv2.VideoCapture(str(out))
+    frames = 0
+    while capture.read()[0]:
+        frames += 1
+    assert frames == 4
+
+
 # The page's functions, in-process (no server, no browser).
 
 
@@ -317,15 +367,9 @@ def test_video_comes_back_as_webm_frame_for_frame(
     exported_tiny: Path, shared_datasets: Path, tmp_path: Path
 ) -> None:
     from seg.config import OutputKind
-    from seg.data.io import read_image
     from seg.demo import Models, PhotoOptions, segment_video
 
-    image = cv2.resize(read_image(shared_datasets / PHOTO), (96, 128))
-    clip = tmp_path / "clip.mp4"
-    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"mp4v"), 5, (96, 128))
-    for shift in range(4):
-        writer.write(cv2.cvtColor(np.roll(image, 8 * shift, axis=1), cv2.COLOR_RGB2BGR))
-    writer.release()
+    clip = _clip(tmp_path / "clip.mp4", shared_datasets / PHOTO)
     models = Models(_demo_cfg(exported_tiny))
     out = segment_video(
         models, models.labels[0], clip, OutputKind.mask, tmp_path / "out", PhotoOptions()
