@@ -308,12 +308,13 @@ def photo_input(gr: Any, **kwargs: Any) -> Any:
     return box
 
 
-def build_page(models: Models, cfg: DemoConfig) -> Any:
-    """The Gradio page (``gradio.Blocks``): Photo, Video, Webcam and Compare tabs."""
+def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
+    """The Gradio page (``gradio.Blocks``): Photo, Video, Webcam and Compare tabs. The files
+    it makes for download (cut-outs, videos) go into ``workdir``."""
     gr = import_gradio()
 
     labels = models.labels
-    tmp = Path(tempfile.mkdtemp(prefix="seg-demo-"))
+    tmp = workdir
     colours = ["green", "white", "black", "blue", "grey"]
 
     def options(threshold, flip, scales, soft, colour, background) -> PhotoOptions:
@@ -487,21 +488,22 @@ def build_page(models: Models, cfg: DemoConfig) -> Any:
 def serve(cfg: DemoConfig, models: Models, ready: Callable[[str], None] = print) -> None:
     """Build the page and serve it on ``cfg.host``:``cfg.port`` until interrupted; ``ready``
     gets the address once the server listens."""
-    page = build_page(models, cfg)
-    page.queue(default_concurrency_limit=1)  # one prediction at a time: the cores are shared
-    _, url, _ = page.launch(
-        server_name=cfg.host,
-        server_port=cfg.port or _free_port(cfg.host),
-        prevent_thread_lock=True,
-        quiet=True,
-        footer_links=[],
-        allowed_paths=[],
-    )
-    ready(url)
-    try:
-        page.block_thread()
-    finally:
-        page.close()
+    with tempfile.TemporaryDirectory(prefix="seg-demo-") as workdir:  # removed at the end
+        page = build_page(models, cfg, Path(workdir))
+        page.queue(default_concurrency_limit=1)  # one prediction at a time: the cores are shared
+        _, url, _ = page.launch(
+            server_name=cfg.host,
+            server_port=cfg.port or _free_port(cfg.host),
+            prevent_thread_lock=True,
+            quiet=True,
+            footer_links=[],
+            allowed_paths=[],
+        )
+        ready(url)
+        try:
+            page.block_thread()
+        finally:
+            page.close()
 
 
 def _free_port(host: str) -> int:

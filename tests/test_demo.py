@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -72,8 +73,12 @@ def server(exported_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
         yield _wait(address, 120, "the demo server's address")
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the server closes and removes its files
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
 
 
 @pytest.fixture(scope="module")
@@ -411,7 +416,7 @@ def test_the_page_offers_a_picker_and_a_comparison_for_several_runs(
     for name in ("a_run", "b_run"):
         shutil.copytree(exported_tiny.parents[1], tmp_path / "runs" / name)
     models = Models(_demo_cfg(tmp_path / "runs"))
-    page = build_page(models, models.cfg)
+    page = build_page(models, models.cfg, tmp_path)
     blocks = list(page.blocks.values())
     (picker,) = [b for b in blocks if isinstance(b, gr.Dropdown) and b.label == "model"]
     assert picker.visible and [c[0] for c in picker.choices] == ["a_run", "b_run"]
