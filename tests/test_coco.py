@@ -16,6 +16,7 @@ from seg.data import BadSampleError, build_train_dataset, list_source
 from seg.data.coco import (
     list_negatives,
     load_coco_instances,
+    read_yolo_instances,
     read_yolo_mask,
     write_coco_person_masks,
 )
@@ -48,6 +49,13 @@ def test_a_yolo_label_file_gives_the_union_of_the_person_polygons(tmp_path: Path
     only_other = tmp_path / "other.txt"
     only_other.write_text(lines[1])
     assert read_yolo_mask(only_other, (200, 300)).sum() == 0
+    # One mask per person, in the file's order, each its own polygon's area; their union is
+    # the mask above.
+    first, second = read_yolo_instances(label, (200, 300))
+    assert abs(first.sum() - _shoelace(person * scale)) / first.sum() < 0.03
+    assert abs(second.sum() - _shoelace(overlap * scale)) / second.sum() < 0.03
+    assert np.array_equal(first | second, mask)
+    assert read_yolo_instances(only_other, (200, 300)) == []
 
 
 @pytest.mark.parametrize(

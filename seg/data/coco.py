@@ -45,8 +45,19 @@ def read_yolo_mask(path: Path, size_hw: tuple[int, int], cls: int = YOLO_PERSON)
     """The union of the class-``cls`` polygons of a YOLO segmentation label file, rasterised at
     ``size_hw``: uint8 (H, W) in {0, 1}. A line that is not a class index followed by three or
     more x y pairs in [0, 1] is a ``BadSampleError`` naming the file and line."""
+    mask = np.zeros(size_hw, np.uint8)
+    for instance in read_yolo_instances(path, size_hw, cls):
+        mask |= instance
+    return mask
+
+
+def read_yolo_instances(
+    path: Path, size_hw: tuple[int, int], cls: int = YOLO_PERSON
+) -> list[np.ndarray]:
+    """Each class-``cls`` polygon of a YOLO segmentation label file rasterised on its own at
+    ``size_hw`` (uint8 (H, W) in {0, 1}, in the file's order): one mask per object, e.g. to
+    score the largest person of a photo apart from the others. Errors as ``read_yolo_mask``."""
     height, width = size_hw
-    mask = np.zeros((height, width), np.uint8)
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -78,9 +89,10 @@ def read_yolo_mask(path: Path, size_hw: tuple[int, int], cls: int = YOLO_PERSON)
         if label == cls:
             xy = coords.reshape(-1, 2) * (width, height)
             polygons.append(np.round(xy - 0.5).astype(np.int32))  # pixel centres
+    instances = []
     for polygon in polygons:  # one at a time: fillPoly fills several by the even-odd rule
-        cv2.fillPoly(mask, [polygon], 1)
-    return mask
+        instances.append(cv2.fillPoly(np.zeros((height, width), np.uint8), [polygon], 1))
+    return instances
 
 
 def list_coco128(root: Path, policy: BadSamplePolicy = BadSamplePolicy.error) -> Listing:
