@@ -90,6 +90,45 @@ def test_pasted_person_becomes_person_and_the_rest_is_kept(seed: int) -> None:
     assert np.array_equal(out_mask, np.where(pasted, 1, mask))
 
 
+def grey_subject(height: int = 300, width: int = 400):
+    """Green photo with a large grey person (mask 1) in the middle, as a portrait's subject."""
+    image = np.zeros((height, width, 3), np.uint8)
+    image[...] = GREEN
+    mask = np.zeros((height, width), np.uint8)
+    image[50:300, 120:280], mask[50:300, 120:280] = GREY, 1
+    return image, mask
+
+
+@pytest.mark.parametrize("feather", [0.0, 1.5])
+def test_people_pasted_behind_stay_under_the_photos_own_people(feather: float) -> None:
+    image, mask = grey_subject()
+    subject = mask == 1
+    shown = covered = 0
+    for seed in range(12):
+        kwargs = dict(scale=(0.5, 1.0), feather=feather, max_people=2, seed=seed)
+        behind_image, behind_mask = paste(Pool(red_person()), image, mask, behind=1.0, **kwargs)
+        # A tiny probability makes the same draws as 1.0 (the default 0 skips that draw).
+        front_image, front_mask = paste(Pool(red_person()), image, mask, behind=1e-12, **kwargs)
+        assert np.array_equal(behind_image[subject], image[subject]), "the subject stays on top"
+        assert np.array_equal(behind_mask, front_mask), "the label is the same union"
+        shown += int(is_colour(behind_image, RED).any())
+        covered += int((front_image[subject] != image[subject]).any())
+    assert shown >= 8, "pasted people show around the subject"
+    assert covered >= 6, "in front (the default), pasted people cover the subject"
+
+
+def test_behind_is_drawn_per_person() -> None:
+    image, mask = grey_subject()
+    subject = mask == 1
+    outcomes = set()
+    for seed in range(20):
+        out, _ = paste(
+            Pool(red_person()), image, mask, seed, scale=(0.8, 1.0), max_people=1, behind=0.5
+        )
+        outcomes.add(bool((out[subject] != image[subject]).any()))
+    assert outcomes == {True, False}
+
+
 @pytest.mark.parametrize("person", [red_person, red_ellipse])
 @pytest.mark.parametrize("seed", range(4))
 def test_feather_softens_only_the_boundary(seed: int, person) -> None:

@@ -298,6 +298,8 @@ BAD_VALUES = [
     ("paste_scale", [0.5]),
     ("paste_feather", -1.0),
     ("paste_feather", "soft"),
+    ("paste_behind", 1.5),
+    ("paste_behind", -0.5),
     ("blur_p", 2.0),
     ("blur_limit", [3, 8]),
     ("blur_limit", [1, 3]),

@@ -149,6 +149,9 @@ class AugConfig:
         default_factory=lambda: [0.1, 1.0]  # pasted person's height / image height, log-uniform
     )
     paste_feather: float = 1.5  # Gaussian sigma of the soft edge, pixels at pasted size; 0 = hard
+    # Probability that a pasted person goes behind the photo's own people (a crowd behind the
+    # subject, which the training sources never label) instead of in front of them.
+    paste_behind: float = 0.0
     # Degradations of the image only, after the crop; each a probability, 0 = off.
     blur_p: float = 0.0  # Gaussian or motion blur (one of the two)
     blur_limit: list[int] = field(default_factory=lambda: [3, 7])  # odd kernel sizes, pixels
@@ -256,6 +259,7 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
     for key in (
         "photometric_p",
         "paste_p",
+        "paste_behind",
         "blur_p",
         "noise_p",
         "jpeg_p",

@@ -52,6 +52,7 @@ class Paste:
     left: int
     rgb: np.ndarray  # float32 (h, w, 3)
     alpha: np.ndarray  # float32 (h, w) in [0, 1]; the person's label where alpha >= 0.5
+    behind: bool = False  # under the target photo's own people rather than over them
 
 
 class PastePeople(A.DualTransform):
@@ -65,9 +66,12 @@ class PastePeople(A.DualTransform):
     moved down to keep that cut on the image's bottom edge. Edges are softened by a Gaussian of
     sigma ``feather`` pixels (0: hard): image = alpha * person + (1 - alpha) * image; mask = 1
     where alpha >= 0.5, else unchanged (ignore stays ignore except under a pasted person).
-    Sources without person pixels are passed over, as are bad ones when
-    ``pool.on_bad_sample`` is ``skip``; with ``error`` their ``BadSampleError`` (naming the
-    file) propagates. Image: uint8 (H, W, 3), (H, W, 1) or (H, W); mask: (H, W).
+    With probability ``behind`` a person goes behind the target photo's own people (its
+    mask == 1 pixels stay on top, as a crowd behind a portrait's subject; the label is the
+    same union); otherwise in front of them. Sources without person pixels are passed over,
+    as are bad ones when ``pool.on_bad_sample`` is ``skip``; with ``error`` their
+    ``BadSampleError`` (naming the file) propagates. Image: uint8 (H, W, 3), (H, W, 1) or
+    (H, W); mask: (H, W).
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class PastePeople(A.DualTransform):
         max_people: int = 2,
         scale: tuple[float, float] = (0.1, 1.0),
         feather: float = 1.5,
+        behind: float = 0.0,
         p: float = 0.5,
     ) -> None:
         super().__init__(p=p)
@@ -87,10 +92,13 @@ class PastePeople(A.DualTransform):
             raise ConfigError(f"scale must be (lo, hi) with 0 < lo <= hi, got {scale!r}")
         if feather < 0:
             raise ConfigError(f"feather must be >= 0, got {feather!r}")
+        if not 0 <= behind <= 1:
+            raise ConfigError(f"behind must be a probability in [0, 1], got {behind!r}")
         self.pool = pool
         self.max_people = int(max_people)
         self.scale = (float(scale[0]), float(scale[1]))
         self.feather = float(feather)
+        self.behind = float(behind)
 
     def get_params_dependent_on_data(
         self, params: dict[str, Any], data: dict[str, Any]
@@ -106,19 +114,28 @@ class PastePeople(A.DualTransform):
                     pastes.append(paste)
             if len(pastes) == wanted:
                 break
-        return {"pastes": pastes}
+        front = None  # the target's own people, which a paste behind them leaves on top
+        if any(paste.behind for paste in pastes):
+            front = np.asarray(data["mask"]) == PERSON
+        return {"pastes": pastes, "front": front}
 
-    def apply(self, img: np.ndarray, pastes: list[Paste], **params: Any) -> np.ndarray:
+    def apply(
+        self, img: np.ndarray, pastes: list[Paste], front: np.ndarray | None, **params: Any
+    ) -> np.ndarray:
         if img.dtype != np.uint8:
             raise TypeError(f"PastePeople expects a uint8 image, got {img.dtype}")
         out = img.copy()
         for paste in pastes:
             h, w = paste.alpha.shape
-            region = out[paste.top : paste.top + h, paste.left : paste.left + w]
+            where = (slice(paste.top, paste.top + h), slice(paste.left, paste.left + w))
+            region = out[where]
             src = paste.rgb
             if region.ndim == 2 or region.shape[2] == 1:
                 src = cv2.cvtColor(src, cv2.COLOR_RGB2GRAY).reshape(region.shape)
-            alpha = paste.alpha.reshape(*paste.alpha.shape, *([1] * (region.ndim - 2)))
+            alpha = paste.alpha
+            if paste.behind and front is not None:
+                alpha = np.where(front[where], 0.0, alpha).astype(np.float32)
+            alpha = alpha.reshape(*alpha.shape, *([1] * (region.ndim - 2)))
             blended = alpha * src + (1.0 - alpha) * region.astype(np.float32)
             region[...] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
         return out
@@ -197,6 +214,8 @@ class PastePeople(A.DualTransform):
             left=left + x0,
             rgb=rgb[y0:y1, x0:x1].astype(np.float32),
             alpha=alpha[y0:y1, x0:x1],
+            # No draw when off, so runs without it keep their random sequence.
+            behind=self.behind > 0 and self.py_random.random() < self.behind,
         )
 
 

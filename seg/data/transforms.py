@@ -127,7 +127,11 @@ def build_train_transform(
     paste = []
     if p.paste_p > 0:
         scale = (p.paste_scale[0], p.paste_scale[1])
-        paste = [PastePeople(pool, p.paste_max_people, scale, p.paste_feather, p.paste_p)]
+        paste = [
+            PastePeople(
+                pool, p.paste_max_people, scale, p.paste_feather, p.paste_behind, p=p.paste_p
+            )
+        ]
     transforms = [
         *paste,
         A.LongestMaxSize(
