@@ -15,14 +15,11 @@ exits with 128 + the signal's number, as a process killed by it would, with its 
 from __future__ import annotations
 
 import signal
-import threading
-from types import FrameType, TracebackType
 
 import torch
 
 from seg import distributed as du
-
-STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
+from seg import signals
 
 
 class Stopped(Exception):
@@ -37,36 +34,9 @@ class Stopped(Exception):
         )
 
 
-class StopSignals:
-    """While entered (in the main thread), SIGTERM, SIGINT and SIGUSR1 set :attr:`signum`
-    instead of ending the process; the previous handlers come back on exit."""
-
-    def __init__(self) -> None:
-        self.signum = 0
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for name in STOP_SIGNALS:
-                sig = getattr(signal, name, None)
-                if sig is not None:
-                    self._previous[sig] = signal.signal(sig, self._record)
-        return self
-
-    def _record(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum and signum == signal.SIGINT:  # Ctrl-C twice: stop now
-            raise KeyboardInterrupt
-        self.signum = self.signum or signum
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+class StopSignals(signals.StopSignals):
+    """:class:`seg.signals.StopSignals` for SIGTERM, SIGINT and SIGUSR1, asked by every rank
+    together."""
 
     def stop_requested(self, device: torch.device) -> bool:
         """Whether any rank got a stop signal: the same answer on every rank."""
