@@ -15,13 +15,16 @@ Options are Hydra-style key=value overrides of ``seg.config.DemoConfig``:
   webcam_fps  frames per second the browser sends at most (default 10)
   max_pixels  photos beyond it are refused with a message (default: predict.py's limit)
 The page offers per photo: threshold, test-time flip and scales, soft edges, background colour
-or photo. Prints the page's address once it listens; Ctrl-C stops it. Exits 2 on bad options
-or a damaged checkpoint, naming it.
+or photo. Prints the page's address once it listens. Ctrl-C (SIGINT), SIGTERM or SIGHUP stop
+it within a few seconds, whatever is running (seg/demo.py says how), its temporary files
+removed: exit 0 after Ctrl-C, 128 + the signal's number otherwise (143 for SIGTERM). Exits 2
+on bad options or a damaged checkpoint, naming it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from seg.cli import run_script
@@ -41,9 +44,23 @@ def _demo(argv: list[str]) -> int:
 
     import_gradio()  # before loading any model: says how to install it where it is missing
     models = Models(cfg)
-    warm_up(models, models.labels[:1])  # the first model's export is made before the page opens
-    serve(cfg, models, ready=lambda url: print(f"demo page: {url}", flush=True))
-    return 0
+    try:
+        warm_up(models, models.labels[:1])  # the first model's export, before the page opens
+        stop = serve(cfg, models, ready=lambda url: print(f"demo page: {url}", flush=True))
+    except KeyboardInterrupt:  # Ctrl-C while loading, or twice while stopping
+        log.info("interrupted")
+        _exit_now(130)
+    if stop.running:  # threads inside the backend: the interpreter's exit would wait or abort
+        _exit_now(stop.exit_code)
+    return stop.exit_code
+
+
+def _exit_now(code: int) -> None:
+    """End the process now, its output flushed: no waiting for threads still predicting."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

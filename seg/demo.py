@@ -9,18 +9,32 @@ browser test checks the page and these, not a copy of them.
 A user's mistake (a corrupt or oversized photo, an unreadable video, a damaged checkpoint) is a
 ``UserError``; the page shows its message and keeps serving. Anything else is logged with its
 traceback on the server and shown as one line on the page.
+
+Stopping (:func:`serve`): SIGINT (Ctrl-C), SIGTERM or SIGHUP is caught, never obeyed mid-way
+(:class:`seg.signals.StopSignals`). The page then refuses new requests, a video being processed
+stops at its next batch, the server closes without waiting for the browsers' open connections,
+the requests still running get until ``STOP_GRACE`` seconds after the signal, and the page's
+temporary folder is removed. Leaving the rest to the interpreter's exit is what hung or aborted
+before: it joins the HTTP server for 5 s twice, then finalises while a worker thread is inside
+ONNX Runtime or OpenCV, which ends in ``FATAL: exception not rethrown`` (SIGABRT) or waits on
+that thread. ``scripts/demo.py`` therefore ends the process at once when a request is still
+running at the deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
+import shutil
+import signal
 import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,13 +47,17 @@ from seg.data.io import MAX_IMAGE_PIXELS, BadSampleError, read_image
 from seg.errors import ConfigError, MissingFileError, UserError
 from seg.inference.backend import inference_threads, load_inference_model
 from seg.inference.media import IMAGE_EXTENSIONS, write_image
-from seg.inference.prediction import OutputSpec, predict_video
+from seg.inference.prediction import Cancelled, OutputSpec, predict_video
 from seg.inference.predictor import Prediction, Predictor, build_predictor
 from seg.inference.refine import build_refiner
 from seg.inference.render import Background, RenderOptions, render
+from seg.signals import StopSignals
 
 log = logging.getLogger(__name__)
 
+# Ctrl-C, kill / systemd / containers, a closed terminal: each stops the page cleanly.
+SERVER_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+STOP_GRACE = 5.0  # seconds after the signal that running requests get to finish
 MULTI_SCALE = (0.75, 1.0, 1.25)  # the page's "scales" box, as docs/evaluation.md's recipe
 PHOTO_KINDS = [OutputKind.mask, OutputKind.overlay, OutputKind.cutout, OutputKind.blur]
 VIDEO_KINDS = [OutputKind.overlay, OutputKind.blur, OutputKind.replace, OutputKind.mask]
@@ -218,16 +236,18 @@ def segment_video(
     kind: OutputKind,
     out_dir: Path,
     opts: PhotoOptions,
+    stop: threading.Event | None = None,
 ) -> Path:
     """``predict.py``'s video path (``predict_video``) into ``out_dir``: a VP8 .webm, which
-    browsers play. Its tqdm bar is what the page's progress bar follows."""
+    browsers play. Its tqdm bar is what the page's progress bar follows. Once ``stop`` is set,
+    it raises :class:`seg.inference.prediction.Cancelled` at the next batch."""
     predictor = models.predictor(label, opts.flip, opts.scales)
     render_opts = RenderOptions(
         alpha=opts.alpha, background=Background(opts.background), blur_sigma=opts.blur_sigma
     )
     spec = OutputSpec(out_dir, [kind], render_opts, video_ext=".webm")
     with inference_threads(predictor.model):
-        summary = predict_video(predictor, Path(path), spec, batch_size=4, progress=True)
+        summary = predict_video(predictor, Path(path), spec, batch_size=4, progress=True, stop=stop)
     return Path(summary["written"][0])
 
 
@@ -242,6 +262,55 @@ class FrameRate:
         if len(self.times) < 2:
             return 0.0
         return (len(self.times) - 1) / max(self.times[-1] - self.times[0], 1e-9)
+
+
+class Requests:
+    """The page's requests in flight, and whether the server is stopping. A handler runs inside
+    :meth:`handling`: refused once :attr:`stopping` is set, counted while it runs, so that
+    stopping can wait for the running ones (:meth:`wait`)."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self._running = 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def handling(self) -> Iterator[None]:
+        if self.stopping.is_set():
+            raise UserError("the demo server is stopping; start it again to continue")
+        with self._changed:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    @property
+    def running(self) -> int:
+        with self._changed:
+            return self._running
+
+    def wait(self, deadline: float) -> int:
+        """Wait until no request runs or ``time.monotonic()`` reaches ``deadline``; the number
+        still running."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._running == 0, timeout=max(0.0, deadline - time.monotonic())
+            )
+            return self._running
+
+    def handler(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` as a page handler: counted and refused as above, its errors shown as
+        :func:`user_errors` shows them."""
+
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self.handling():
+                return fn(*args, **kwargs)
+
+        return user_errors(counted)
 
 
 def example_photos(folder: str | None, limit: int) -> list[str]:
@@ -308,10 +377,15 @@ def photo_input(gr: Any, **kwargs: Any) -> Any:
     return box
 
 
-def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
+def build_page(
+    models: Models, cfg: DemoConfig, workdir: Path, requests: Requests | None = None
+) -> Any:
     """The Gradio page (``gradio.Blocks``): Photo, Video, Webcam and Compare tabs. The files
-    it makes for download (cut-outs, videos) go into ``workdir``."""
+    it makes for download (cut-outs, videos) go into ``workdir``; its handlers run inside
+    ``requests`` (:meth:`Requests.handler`)."""
     gr = import_gradio()
+    requests = requests or Requests()
+    handler = requests.handler
 
     labels = models.labels
     tmp = workdir
@@ -326,7 +400,7 @@ def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
             background=background[0] if background else colour,
         )
 
-    @user_errors
+    @handler
     def on_photo(label, photo, threshold, flip, scales, soft, colour, background):
         if photo is None:
             raise ConfigError("upload, paste or pick a photo first")
@@ -353,7 +427,7 @@ def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
 
     track = gr.Progress(track_tqdm=True)
 
-    @user_errors
+    @handler
     def on_video(
         label,
         video,
@@ -370,9 +444,15 @@ def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
             raise ConfigError("upload a video first")
         opts = options(threshold, flip, scales, soft, colour, background)
         out_dir = Path(tempfile.mkdtemp(dir=tmp))
-        return str(segment_video(models, label, video, OutputKind(kind), out_dir, opts))
+        try:
+            out = segment_video(
+                models, label, video, OutputKind(kind), out_dir, opts, requests.stopping
+            )
+        except Cancelled:
+            raise UserError("the demo server is stopping: the video was not finished") from None
+        return str(out)
 
-    @user_errors
+    @handler
     def on_frame(frame, label, kind, rate):
         rate = rate or FrameRate()  # one per browser session (gr.State)
         if frame is None:
@@ -381,7 +461,7 @@ def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
         shown = render(OutputKind(kind), frame, pred, RenderOptions(background=Background("green")))
         return shown, f"{rate.tick():.1f} frames/s", rate
 
-    @user_errors
+    @handler
     def on_compare(left, right, photo):
         if photo is None:
             raise ConfigError("upload, paste or pick a photo first")
@@ -403,7 +483,7 @@ def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
         )
         model = gr.Dropdown(labels, value=labels[0], label="model", visible=len(labels) > 1)
         card = gr.Markdown(run_card(models.runs[labels[0]]), elem_id="card")
-        model.change(user_errors(lambda label: run_card(models.runs[label])), model, card)
+        model.change(handler(lambda label: run_card(models.runs[label])), model, card)
         with gr.Accordion("options", open=False):
             with gr.Row():
                 threshold = gr.Slider(
@@ -485,25 +565,108 @@ def build_page(models: Models, cfg: DemoConfig, workdir: Path) -> Any:
     return page
 
 
-def serve(cfg: DemoConfig, models: Models, ready: Callable[[str], None] = print) -> None:
-    """Build the page and serve it on ``cfg.host``:``cfg.port`` until interrupted; ``ready``
-    gets the address once the server listens."""
-    with tempfile.TemporaryDirectory(prefix="seg-demo-") as workdir:  # removed at the end
-        page = build_page(models, cfg, Path(workdir))
-        page.queue(default_concurrency_limit=1)  # one prediction at a time: the cores are shared
-        _, url, _ = page.launch(
-            server_name=cfg.host,
-            server_port=cfg.port or _free_port(cfg.host),
-            prevent_thread_lock=True,
-            quiet=True,
-            footer_links=[],
-            allowed_paths=[],
+@dataclass(frozen=True)
+class Stop:
+    """How :func:`serve` ended: the signal that stopped it and the requests still running at
+    the deadline (their threads are inside the backend: only the process's end stops them)."""
+
+    signum: int
+    running: int
+
+    @property
+    def exit_code(self) -> int:
+        """0 after Ctrl-C (the way to stop the page), else 128 + the signal's number, as a
+        process ended by it (143 for SIGTERM)."""
+        return 0 if self.signum == signal.SIGINT else 128 + self.signum
+
+
+def serve(
+    cfg: DemoConfig,
+    models: Models,
+    ready: Callable[[str], None] = print,
+    grace: float = STOP_GRACE,
+) -> Stop:
+    """Build the page and serve it on ``cfg.host``:``cfg.port`` until SIGINT, SIGTERM or
+    SIGHUP (in the main thread); ``ready`` gets the address once the server listens. Stopping
+    is described in this module's docstring; the page's temporary folder is gone on return."""
+    requests = Requests()
+    workdir = Path(tempfile.mkdtemp(prefix="seg-demo-"))
+    running = 0
+    try:
+        with StopSignals(SERVER_STOP_SIGNALS) as signals:
+            page = build_page(models, cfg, workdir, requests)
+            page.queue(default_concurrency_limit=1)  # one prediction at a time: shared cores
+            try:
+                _, url, _ = page.launch(
+                    server_name=cfg.host,
+                    server_port=cfg.port or _free_port(cfg.host),
+                    prevent_thread_lock=True,
+                    quiet=True,
+                    footer_links=[],
+                    allowed_paths=[],
+                )
+                ready(url)
+                signals.wait()
+                log.info("%s: stopping the demo page", signal.Signals(signals.signum).name)
+                # New requests are refused, videos stop at their next batch; the others get
+                # until the deadline, their answers (or "stopping") reaching their pages.
+                requests.stopping.set()
+                running = requests.wait(time.monotonic() + grace)
+            finally:
+                _close(page)
+    finally:
+        _remove(workdir)
+    if running:
+        log.warning(
+            "%d request(s) still running %.0f s after the signal: not waiting for them",
+            running,
+            grace,
         )
-        ready(url)
-        try:
-            page.block_thread()
-        finally:
-            page.close()
+    return Stop(signals.signum, running)
+
+
+def _close(page: Any) -> None:
+    """Close Gradio's queue and HTTP server, waiting at most a second for open connections:
+    uvicorn would wait for a browser tab's as long as the tab lives, and a request still queued
+    keeps its event stream open for up to 10 s. Those it then cancels are logged as one line,
+    not as uvicorn's error and traceback per connection."""
+    if page.server is not None:
+        page.server.config.timeout_graceful_shutdown = 1
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    dropped = _DroppedConnections()
+    uvicorn_log.addFilter(dropped)
+    try:
+        page.close(verbose=False)
+    finally:
+        uvicorn_log.removeFilter(dropped)
+    if dropped.count:
+        log.info("closed %d open connection(s) of pages still waiting", dropped.count)
+
+
+class _DroppedConnections(logging.Filter):
+    """Counts, and keeps out of the log, what uvicorn reports of the connections it cancels
+    when its graceful shutdown times out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Cancel %s running task(s)"):
+            self.count += int(record.args[0]) if record.args else 1  # type: ignore[index]
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, asyncio.CancelledError)
+
+
+def _remove(folder: Path) -> None:
+    """Remove the page's temporary folder; a request still running may add a file while it
+    goes, hence the second try."""
+    for _ in range(3):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+    log.warning("could not remove the demo page's temporary folder %s", folder)
 
 
 def _free_port(host: str) -> int:

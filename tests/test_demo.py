@@ -53,32 +53,58 @@ def _wait(condition, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def server(exported_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``scripts/demo.py`` serving the tiny checkpoint (or ``SEG_DEMO_CHECKPOINT``) on a free
-    port of 127.0.0.1; yields the page's address."""
-    _browser()
-    checkpoint = os.environ.get("SEG_DEMO_CHECKPOINT") or str(exported_tiny)
-    log = tmp_path_factory.mktemp("demo") / "server.log"
+def _start_server(checkpoint: Path | str, tmp: Path) -> tuple[subprocess.Popen, str, Path]:
+    """``scripts/demo.py`` serving ``checkpoint`` on a free port of 127.0.0.1, its temporary
+    files under ``tmp`` (TMPDIR), its output in ``tmp/server.log``: (process, address, log)."""
+    log = tmp / "server.log"
     cmd = [sys.executable, str(REPO / "scripts" / "demo.py"), f"checkpoint={checkpoint}"]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "TMPDIR": str(tmp)}
     with open(log, "w") as out:
         proc = subprocess.Popen([*cmd, "port=0", "threads=1"], stdout=out, stderr=out, env=env)
+
+    def address() -> str | None:
+        assert proc.poll() is None, f"the demo server exited:\n{log.read_text()}"
+        lines = [x for x in log.read_text().splitlines() if x.startswith("demo page: ")]
+        return lines[0].removeprefix("demo page: ").strip() if lines else None
+
     try:
+        return proc, _wait(address, 120, "the demo server's address"), log
+    except BaseException:
+        proc.kill()
+        raise
 
-        def address() -> str | None:
-            assert proc.poll() is None, f"the demo server exited:\n{log.read_text()}"
-            lines = [x for x in log.read_text().splitlines() if x.startswith("demo page: ")]
-            return lines[0].removeprefix("demo page: ").strip() if lines else None
 
-        yield _wait(address, 120, "the demo server's address")
+def _stop(proc: subprocess.Popen, sig: signal.Signals, log: Path, limit: float = 20) -> float:
+    """Send ``sig`` and wait for the process to end (at most ``limit`` s: a hang, killed);
+    the seconds it took."""
+    started = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(
+            f"the demo server did not stop within {limit:.0f} s of {sig.name}:\n"
+            + log.read_text()[-3000:]
+        ) from None
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def server(exported_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``scripts/demo.py`` serving the tiny checkpoint (or ``SEG_DEMO_CHECKPOINT``); yields the
+    page's address. Stopped with Ctrl-C at the end: it exits 0, its temporary files gone."""
+    _browser()
+    checkpoint = os.environ.get("SEG_DEMO_CHECKPOINT") or str(exported_tiny)
+    tmp = tmp_path_factory.mktemp("demo")
+    proc, url, log = _start_server(checkpoint, tmp)
+    try:
+        yield url
     finally:
-        proc.send_signal(signal.SIGINT)  # Ctrl-C: the server closes and removes its files
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        _stop(proc, signal.SIGINT, log)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert not list(tmp.glob("seg-demo-*")), "the page's temporary folder was left behind"
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +288,77 @@ def test_a_video_uploaded_on_the_page_comes_back_processed(
     assert frames == 4
 
 
+def _stopped_server(
+    checkpoint: Path, tmp: Path, sig: signal.Signals, video: Path | None
+) -> tuple[int, float]:
+    """Start a server, give it ``video`` to process (None: leave it idle), send ``sig`` once the
+    video's frames are being predicted; (exit code, seconds from the signal to the exit). The
+    page's temporary folder must be there while it serves and gone after."""
+    from gradio_client import Client, handle_file
+
+    proc, url, log = _start_server(checkpoint, tmp)
+    try:
+        (workdir,) = tmp.glob("seg-demo-*")
+        job = None
+        if video is not None:
+            client = Client(url, verbose=False, download_files=False)
+            args = ["run/best.pt", handle_file(str(video)), "overlay", 0.5, False, False, False]
+            job = client.submit(*args, "green", None, api_name="/on_video")
+            _wait(lambda: job.status().progress_data, 120, "the video's first frames")
+        seconds = _stop(proc, sig, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if job is not None:  # cut short: no video came back
+        assert not job.status().success
+    assert not workdir.exists(), f"{workdir} was left behind:\n{log.read_text()[-3000:]}"
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    return proc.returncode, seconds
+
+
+@pytest.fixture(scope="module")
+def long_clip(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 300-frame 640x480 clip: seconds of work for the tiny model, so a signal sent at its
+    first frames finds it mid-way."""
+    photo = vikram_pairs / "Training_Images" / "1.jpg"
+    return _clip(tmp_path_factory.mktemp("clip") / "long.mp4", photo, 300, (640, 480))
+
+
+@pytest.mark.parametrize(
+    ("sig", "busy", "code"),
+    [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 0)],
+    ids=["SIGTERM-idle", "SIGINT-mid-video"],
+)
+def test_the_server_stops_on_a_signal_idle_and_mid_video(
+    exported_tiny: Path, long_clip: Path, tmp_path: Path, sig, busy: bool, code: int
+) -> None:
+    """SIGTERM while idle, Ctrl-C while a video is being processed: the server exits with its
+    code (143, 0) within seconds, the video cut short, the temporary folder removed and no
+    traceback (it used to hang, or abort with SIGABRT at the interpreter's exit)."""
+    pytest.importorskip("gradio")
+    rc, _ = _stopped_server(exported_tiny, tmp_path, sig, long_clip if busy else None)
+    assert rc == code
+
+
+@pytest.mark.slow
+def test_the_server_stops_within_10_s_every_time(
+    exported_tiny: Path, long_clip: Path, tmp_path: Path
+) -> None:
+    """20 tries: SIGINT and SIGTERM, idle and mid-video, 5 times each; every one within 10 s."""
+    pytest.importorskip("gradio")
+    times = []
+    for i in range(5):
+        for sig, code in ((signal.SIGINT, 0), (signal.SIGTERM, 143)):
+            for video in (None, long_clip):
+                tmp = tmp_path / f"{i}{sig.name}{video is not None}"
+                tmp.mkdir()
+                rc, seconds = _stopped_server(exported_tiny, tmp, sig, video)
+                assert rc == code
+                times.append((sig.name, "video" if video else "idle", round(seconds, 2)))
+    print("stop times (s):", times)
+    assert max(t[2] for t in times) < 10, times
+
+
 # The page's functions, in-process (no server, no browser).
 
 
@@ -385,6 +482,26 @@ def test_video_comes_back_as_webm_frame_for_frame(
     while (frame := capture.read())[0]:
         frames.append(frame[1])
     assert len(frames) == 4 and frames[0].shape[:2] == (128, 96)
+
+
+def test_a_video_stops_at_its_next_batch_once_asked_and_leaves_nothing(
+    exported_tiny: Path, shared_datasets: Path, tmp_path: Path
+) -> None:
+    import threading
+
+    from seg.config import OutputKind
+    from seg.demo import Models, PhotoOptions, segment_video
+    from seg.inference.prediction import Cancelled
+
+    clip = _clip(tmp_path / "clip.mp4", shared_datasets / PHOTO)
+    models = Models(_demo_cfg(exported_tiny))
+    stop = threading.Event()
+    stop.set()
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(Cancelled, match=r"clip.mp4: stopped after 0 frames"):
+        segment_video(models, models.labels[0], clip, OutputKind.mask, out, PhotoOptions(), stop)
+    assert not list(out.iterdir())
 
 
 def test_frame_rate_counts_the_recent_frames() -> None:

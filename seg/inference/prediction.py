@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,6 +37,11 @@ from seg.inference.render import SUFFIXES, Background, RenderOptions, render
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class Cancelled(Exception):
+    """A video stopped on request (``predict_video``'s ``stop``) before its end; nothing of it
+    was written."""
 
 
 class StageClock:
@@ -136,9 +142,11 @@ def predict_video(
     spec: OutputSpec,
     batch_size: int = 8,
     progress: bool = True,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Predict a video frame by frame in batches; one video ``<stem>_<kind><spec.video_ext>`` per
-    kind (mp4v .mp4 or VP8 .webm).
+    kind (mp4v .mp4 or VP8 .webm). Once ``stop`` is set, the next batch raises
+    :class:`Cancelled` instead (a server stopping: its videos end within a batch).
 
     The outputs appear only once complete. Returns ``{"frames": n, "written": [paths],
     "seconds": {stage: s}}``, the wall time of each stage (decode, infer, render, encode). A
@@ -156,6 +164,8 @@ def predict_video(
         ) as bar:
             batches = frame_batches(capture, batch_size)
             while (images := clock.time("decode", next, batches, None)) is not None:
+                if stop is not None and stop.is_set():
+                    raise Cancelled(f"{path}: stopped after {frames} frames")
                 if not writers:  # sized by the decoded frames, not the header (rotation)
                     size = images[0].shape[:2]
                     for kind in spec.kinds:
