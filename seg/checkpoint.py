@@ -34,9 +34,10 @@ class CheckpointError(UserError, RuntimeError):
 
 def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
     """``torch.save`` to a temporary file beside ``path``, then rename it into place, so a crash
-    mid-write never leaves a truncated ``path``. A full disk is a :class:`CheckpointError`
-    saying so (torch's writer reports only "unexpected pos": the file object it writes to
-    remembers the ``OSError`` underneath)."""
+    mid-write never leaves a truncated ``path``. A full disk, or a file-size limit reached
+    (``ulimit -f``, a file system's largest file), is a :class:`CheckpointError` saying so
+    (torch's writer reports only "unexpected pos": the file object it writes to remembers the
+    ``OSError`` underneath)."""
     path = Path(path)
     obj = {**obj, DIGEST_KEY: tensor_digest(obj)}
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
@@ -45,14 +46,40 @@ def save_checkpoint(obj: dict[str, Any], path: Path) -> None:
             torch.save(obj, out)
             f.flush()
         except (OSError, RuntimeError) as err:
-            full = out.error if isinstance(out.error, OSError) else err
-            if isinstance(full, OSError) and full.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise CheckpointError(
-                    f"cannot write checkpoint {path}: the disk is full ({full.strerror}); "
-                    f"{path.name} is unchanged, so the last good checkpoint is kept. Free some "
-                    "space, then continue with trainer.resume=auto"
-                ) from None
-            raise
+            cause = out.error if isinstance(out.error, OSError) else err
+            problem = _write_problem(cause) if isinstance(cause, OSError) else None
+            if problem is None:
+                raise
+            what, remedy = problem
+            raise CheckpointError(
+                f"cannot write checkpoint {path}: {what}; {path.name} is unchanged, so the "
+                f"last good checkpoint is kept. {remedy}, then continue with trainer.resume=auto"
+            ) from None
+
+
+def _write_problem(err: OSError) -> tuple[str, str] | None:
+    """(what a failed write ran into, what to do), where the user can fix it; else None."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full ({err.strerror})", "Free some space"
+    if err.errno == errno.EFBIG:
+        limit = _file_size_limit()
+        which = f"this process's limit of {limit:,} bytes (ulimit -f)" if limit else "its limit"
+        return (
+            f"the file outgrew the largest file allowed ({err.strerror}): {which} or the "
+            "file system's",
+            "Raise the limit (ulimit -f unlimited) or train into a folder on another file system",
+        )
+    return None
+
+
+def _file_size_limit() -> int | None:
+    """The process's soft RLIMIT_FSIZE in bytes; None where unlimited or unknown."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 class _RememberedErrors:

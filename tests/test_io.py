@@ -307,3 +307,34 @@ def test_a_checkpoint_or_image_interrupted_mid_write_leaves_the_old_file(
         write_image(mask, np.full((8, 8), 255, np.uint8))
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_checkpoint_beyond_the_file_size_limit_is_a_clear_error_and_keeps_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """``ulimit -f`` below a checkpoint's size: the kernel refuses the write (EFBIG; Python
+    ignores SIGXFSZ) and torch says only "unexpected pos"; the message names the limit, and the
+    last good checkpoint stays, with no temporary file beside it."""
+    resource = pytest.importorskip("resource")  # POSIX
+    import torch
+
+    from seg.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+    ckpt = tmp_path / "last.pt"
+    save_checkpoint({"step": 1, "model": {"w": torch.zeros(10)}, "config": {}}, ckpt)
+    before = ckpt.read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    limit = 100_000  # the new checkpoint holds 400 kB of weights
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        with pytest.raises(CheckpointError) as raised:
+            save_checkpoint({"step": 2, "model": {"w": torch.randn(100_000)}}, ckpt)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    message = str(raised.value)
+    assert f"{ckpt}: the file outgrew the largest file allowed" in message
+    assert f"limit of {limit:,} bytes (ulimit -f)" in message
+    assert "last good checkpoint is kept" in message and "unexpected pos" not in message
+    assert ckpt.read_bytes() == before
+    assert load_checkpoint(ckpt)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
