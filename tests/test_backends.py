@@ -365,6 +365,43 @@ def test_int8_is_calibrated_on_photos_cached_and_agrees_with_fp32(
         assert (ref == got).mean() >= 0.95
 
 
+def test_a_swapped_int8_file_is_detected_by_its_metadata_and_made_again(
+    checkpoint, vikram_pairs, tmp_path, caplog
+):
+    """The int8 file records its checkpoint's export key and its calibration digest: a file of
+    another checkpoint, or of other calibration photos or settings, under the cached name is
+    replaced by this one's (with a warning), as a swapped fp32 export is; never run."""
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    for name in sorted((vikram_pairs / "Training_Images").iterdir())[:4]:
+        (folder / name.name).write_bytes(name.read_bytes())
+    model, cfg = load_model_from_checkpoint(checkpoint)
+    path = quantize.cached_int8(checkpoint, model, cfg, str(folder), min_agreement=0.9)
+    digest = path.name.split(".")[-2]
+    expected = {onnx_mod.EXPORT_KEY: onnx_mod.export_key(checkpoint), quantize.INT8_KEY: digest}
+    assert {k: onnx_mod.stored_metadata(path)[k] for k in expected} == expected
+    good = path.read_bytes()
+
+    other_checkpoint = tmp_path / "other.onnx"  # the same graph, named for another checkpoint
+    other_checkpoint.write_bytes(good)
+    quantize._add_metadata(other_checkpoint, {onnx_mod.EXPORT_KEY: "0123456789abcdef"})
+    other_calibration = tmp_path / "calibrated.onnx"  # seg.int8 of other photos
+    other_calibration.write_bytes(good)
+    quantize._add_metadata(other_calibration, {quantize.INT8_KEY: "01234567"})
+    for swapped in (other_checkpoint, other_calibration):
+        path.write_bytes(swapped.read_bytes())
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            again = quantize.cached_int8(checkpoint, model, cfg, str(folder), min_agreement=0.9)
+        assert again == path
+        assert "is not the int8 model of" in caplog.text and "quantising it again" in caplog.text
+        assert {k: onnx_mod.stored_metadata(path)[k] for k in expected} == expected
+    int8, _ = load_inference_model(
+        checkpoint, "onnxruntime", "cpu", precision="int8", calibration=str(folder)
+    )
+    assert int8.path == path  # the rebuilt file, reused as it is
+
+
 def test_int8_calibration_photos_come_from_the_train_split(vikram_pairs, tmp_path):
     cfg = compose_config(["data=vikram_human_seg", f"data.root={vikram_pairs.parent}"])
     files = quantize.training_photos(cfg.data, count=4)

@@ -240,16 +240,23 @@ CHECK_TOLERANCE, CHECK_MIN_AGREEMENT = 1e-3, 0.999  # as scripts/export.py's def
 EXPORT_KEY = "seg.export_key"
 
 
-def stored_export_key(path: Path) -> str | None:
-    """The ``seg.export_key`` an ONNX file's metadata holds ("" when it has none), None when
-    the file cannot be parsed (read without its weights' external data)."""
+def stored_metadata(path: Path) -> dict[str, str] | None:
+    """An ONNX file's metadata (``seg.*`` keys among them), None when the file cannot be
+    parsed (read without its weights' external data)."""
     import onnx
 
     try:
         graph = onnx.load(str(path), load_external_data=False)
     except Exception:  # onnx raises several kinds on damaged bytes
         return None
-    return {p.key: p.value for p in graph.metadata_props}.get(EXPORT_KEY, "")
+    return {p.key: p.value for p in graph.metadata_props}
+
+
+def stored_export_key(path: Path) -> str | None:
+    """The ``seg.export_key`` an ONNX file's metadata holds ("" when it has none), None when
+    the file cannot be parsed."""
+    metadata = stored_metadata(path)
+    return None if metadata is None else metadata.get(EXPORT_KEY, "")
 
 
 def export_key(checkpoint: Path, opset: int | None = None) -> str:

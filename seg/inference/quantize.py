@@ -23,10 +23,12 @@ moves between machines never runs a file made for the other kind.
 
 The int8 file is cached beside the fp32 export as ``<stem>.<key>.int8.<digest>.onnx``: the key
 is the fp32 export's (the checkpoint's content and the exporter), ``digest`` one of the
-quantisation settings (``int8_settings``) and the calibration files' names and sizes. Before it
-takes its name it must agree with PyTorch on the argmax of ``INT8_MIN_AGREEMENT`` of the
-calibration photos' pixels; its accuracy on the test splits is measured in
-docs/benchmarks.md ("int8").
+quantisation settings (``int8_settings``) and the calibration files' names and sizes. Both are
+in its metadata too (``seg.export_key``, kept from the fp32 file, and ``seg.int8``) and checked
+on every use, as the fp32 export's key is: a file of another checkpoint or calibration under
+this name (copied, swapped) is replaced, never run. Before it takes its name it must agree with
+PyTorch on the argmax of ``INT8_MIN_AGREEMENT`` of the calibration photos' pixels; its
+accuracy on the test splits is measured in docs/benchmarks.md ("int8").
 """
 
 from __future__ import annotations
@@ -52,18 +54,22 @@ from seg.errors import ConfigError, DataError
 from seg.fileio import temp_beside
 from seg.inference.media import IMAGE_EXTENSIONS
 from seg.inference.onnx import (
+    EXPORT_KEY,
     INPUT_NAME,
     ExportMismatchError,
     cached_export,
     compare_with_onnx,
+    export_key,
     image_batches,
     onnx_session,
     remove_stale,
+    stored_metadata,
 )
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_PHOTOS = 64
+INT8_KEY = "seg.int8"  # metadata: the calibration digest of the file's name
 INT8_MIN_AGREEMENT = 0.98  # argmax agreement with PyTorch on the calibration photos
 
 
@@ -192,9 +198,25 @@ def cached_int8(
     fp32 = cached_export(checkpoint, model, cfg)
     files = folder_photos(calibration) if calibration else training_photos(cfg.data)
     settings = int8_settings()
-    path = fp32.with_name(f"{fp32.stem}.int8.{calibration_digest(files, settings)}.onnx")
+    digest = calibration_digest(files, settings)
+    path = fp32.with_name(f"{fp32.stem}.int8.{digest}.onnx")
     if path.is_file():
-        return path
+        expected = {EXPORT_KEY: export_key(checkpoint), INT8_KEY: digest}
+        stored = stored_metadata(path)
+        if stored is None:  # unreadable: ONNX Runtime names it, load_inference_model redoes it
+            return path
+        found = {k: stored.get(k, "none") for k in expected}
+        if found == expected:
+            return path
+        log.warning(
+            "%s is not the int8 model of %s with these calibration photos (its metadata says "
+            "%s, expected %s): quantising it again",
+            path,
+            checkpoint,
+            found,
+            expected,
+        )
+        path.unlink(missing_ok=True)
     log.info("quantising %s to int8 with %d calibration photos", fp32.name, len(files))
     size = check_aug_config(cfg.aug).eval_size
     photos = [read_image(f) for f in files]
@@ -202,6 +224,7 @@ def cached_int8(
     tmp = temp_beside(path)
     try:
         quantize_int8(fp32, tmp, batches, settings)
+        _add_metadata(tmp, {INT8_KEY: digest})
         check = compare_with_onnx(model, onnx_session(tmp), batches)
         if check.mask_agreement < min_agreement:
             raise ExportMismatchError(
@@ -218,6 +241,16 @@ def cached_int8(
         tmp.unlink(missing_ok=True)
     remove_stale(path, checkpoint, r"\.int8\.[0-9a-f]{8}\.onnx")  # other calibrations stay
     return path
+
+
+def _add_metadata(path: Path, values: dict[str, str]) -> None:
+    """Add ``values`` to the metadata of the ONNX file ``path`` (rewritten in place: a
+    temporary file not yet under its final name)."""
+    import onnx
+
+    graph = onnx.load(str(path))
+    onnx.helper.set_model_props(graph, {**{p.key: p.value for p in graph.metadata_props}, **values})
+    onnx.save(graph, str(path))
 
 
 def int8_ops(path: Path) -> dict[str, Any]:
