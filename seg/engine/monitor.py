@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -22,18 +22,19 @@ class WaitClock:
     anyway) it is the fraction of the step time the loader costs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.waited = 0.0
+        self.clock = clock  # seconds, monotonic
 
     def wrap(self, loader: Iterable) -> Iterator:
         iterator = iter(loader)
         while True:
-            start = time.perf_counter()
+            start = self.clock()
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
-            self.waited += time.perf_counter() - start
+            self.waited += self.clock() - start
             yield batch
 
     def take(self) -> float:
