@@ -16,6 +16,7 @@ from seg.data import BadSampleError, build_train_dataset, list_source
 from seg.data.coco import (
     list_negatives,
     load_coco_instances,
+    rasterize_polygons,
     read_yolo_instances,
     read_yolo_mask,
     write_coco_person_masks,
@@ -177,8 +178,9 @@ def test_coco_instances_give_person_masks_from_polygons_and_rle(data_env: Path, 
     by_yolo = read_yolo_mask(
         data_env / "coco128_seg" / "labels" / "train2017" / "000000000061.txt", (h, w)
     )
-    first = np.zeros((h, w), np.uint8)
-    cv2.fillPoly(first, [np.round(polygons[0] - 0.5).astype(np.int32)], 1)
+    first = rasterize_polygons([polygons[0]], (h, w))
+    exact = mask_utils.decode(mask_utils.frPyObjects([polygons[0].ravel().tolist()], h, w)[0])
+    assert np.array_equal(first, exact)  # drawn as COCO draws it
     crowd = np.zeros((h, w), np.uint8)
     crowd[: h // 4, : w // 4] = 1
     compressed = mask_utils.encode(np.asfortranarray(first))

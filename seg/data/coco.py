@@ -10,10 +10,16 @@ every split it has is "val" and "test" (never "train").
 
 Photos without people (``imagenet_negatives``, or any folder of them) are training material:
 every pixel is background. Their ``SampleRef`` has no mask file (``mask=None``).
+
+Any COCO instances file is a source too (``list_coco_instances``: ``coco_mini_person``, or
+``data=coco`` with one's own): the person mask of a photo is the union of its person instances,
+its crowd regions (``iscrowd``) ignored (255), made from the polygons and RLEs when the photo is
+read. Every person of such photos is labelled, the crowd, the far and the half-hidden among them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -29,6 +35,7 @@ from seg.data.listing import (
     _bad_pair,
     _files,
     _pair,
+    fraction_splits,
     hash_split,
     natural_key,
 )
@@ -87,12 +94,23 @@ def read_yolo_instances(
                 f"{coords.min():.3f}..{coords.max():.3f}",
             )
         if label == cls:
-            xy = coords.reshape(-1, 2) * (width, height)
-            polygons.append(np.round(xy - 0.5).astype(np.int32))  # pixel centres
-    instances = []
-    for polygon in polygons:  # one at a time: fillPoly fills several by the even-odd rule
-        instances.append(cv2.fillPoly(np.zeros((height, width), np.uint8), [polygon], 1))
-    return instances
+            polygons.append(coords.reshape(-1, 2) * (width, height))
+    return [rasterize_polygons([polygon], size_hw) for polygon in polygons]
+
+
+def rasterize_polygons(polygons: list[np.ndarray], size_hw: tuple[int, int]) -> np.ndarray:
+    """The union of ``polygons`` ((N, 2) x y in pixels, 0 at the left or top edge of the first
+    pixel) drawn as COCO draws them (pycocotools' ``frPyObjects``, the masks COCO's metrics
+    score against): uint8 (H, W) in {0, 1}. OpenCV's ``fillPoly`` also fills every pixel an
+    edge touches: 1.8% more person pixels on coco128_seg, 14% more for people under 32 x 32."""
+    from pycocotools import mask as mask_utils
+
+    height, width = size_hw
+    flat = [np.asarray(p, np.float64).ravel().tolist() for p in polygons if len(p) >= 3]
+    if not flat:
+        return np.zeros((height, width), np.uint8)
+    rles = mask_utils.frPyObjects(flat, height, width)
+    return mask_utils.decode(mask_utils.merge(rles)).astype(np.uint8)
 
 
 def list_coco128(root: Path, policy: BadSamplePolicy = BadSamplePolicy.error) -> Listing:
@@ -210,10 +228,8 @@ def coco_person_mask(annotations: list[dict], size_hw: tuple[int, int]) -> np.nd
         if isinstance(seg, dict):  # RLE
             target |= decode_rle(seg, size_hw)
             continue
-        for flat in seg:  # polygons in pixel coordinates
-            xy = np.asarray(flat, np.float64).reshape(-1, 2)
-            if len(xy) >= 3:
-                cv2.fillPoly(target, [np.round(xy - 0.5).astype(np.int32)], 1)
+        polygons = [np.asarray(flat, np.float64).reshape(-1, 2) for flat in seg]
+        target |= rasterize_polygons(polygons, size_hw)  # pixel coordinates
     mask = person.copy()
     mask[(crowd == 1) & (person == 0)] = IGNORE_INDEX
     return mask
@@ -262,3 +278,103 @@ def write_coco_person_masks(
         counts["with_people"] += bool((mask == 1).any())
         counts["with_crowds"] += bool((mask == IGNORE_INDEX).any())
     return counts
+
+
+# --- A training source read straight from a COCO instances file ------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def _coco_index(path: Path, mtime_ns: int) -> dict[str, tuple[int, int, list[dict]]]:
+    """``{file name: (height, width, its annotations)}`` of a COCO instances file, parsed once
+    per process (and again when the file changes: ``mtime_ns`` is part of the key)."""
+    data = load_coco_instances(path)
+    anns: dict[int, list[dict]] = {}
+    for ann in data["annotations"]:
+        anns.setdefault(int(ann["image_id"]), []).append(ann)
+    return {
+        str(im["file_name"]): (int(im["height"]), int(im["width"]), anns.get(int(im["id"]), []))
+        for im in data["images"]
+    }
+
+
+def coco_index(path: Path) -> dict[str, tuple[int, int, list[dict]]]:
+    """The cached index of :func:`_coco_index` for the file as it is now."""
+    path = Path(path)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        raise MissingFileError(f"COCO annotation file {path} does not exist") from None
+    return _coco_index(path, stamp)
+
+
+def _coco_entry(annotations: Path, image: Path, size_hw: tuple[int, int]) -> list[dict]:
+    """The annotations of ``image`` in ``annotations``; its size there must be the photo's."""
+    entry = coco_index(annotations).get(image.name)
+    if entry is None:
+        raise BadSampleError(image, f"not in the images of {annotations}")
+    height, width, anns = entry
+    if (height, width) != tuple(size_hw):
+        raise BadSampleError(
+            image,
+            f"is {size_hw[1]} x {size_hw[0]} pixels, but {annotations} describes it as "
+            f"{width} x {height} (another version of the photo?)",
+        )
+    return anns
+
+
+def read_coco_mask(annotations: Path, image: Path, size_hw: tuple[int, int]) -> np.ndarray:
+    """The person mask of ``image`` from a COCO instances file (``coco_person_mask``: 1 the
+    union of the person instances, 255 their crowd regions, 0 elsewhere), uint8 (H, W)."""
+    anns = _coco_entry(annotations, image, size_hw)
+    try:
+        return coco_person_mask(anns, size_hw)
+    except (KeyError, TypeError, ValueError) as err:
+        raise BadSampleError(image, f"unreadable annotation in {annotations} ({err})") from err
+
+
+def read_coco_instances(
+    annotations: Path, image: Path, size_hw: tuple[int, int]
+) -> list[np.ndarray]:
+    """Each non-crowd person instance of ``image`` on its own, uint8 (H, W) in {0, 1}."""
+    anns = _coco_entry(annotations, image, size_hw)
+    people = [a for a in anns if a.get("category_id") == COCO_PERSON and not a.get("iscrowd")]
+    return [(coco_person_mask([a], size_hw) == 1).astype(np.uint8) for a in people]
+
+
+def list_coco_instances(
+    images: Path,
+    annotations: Path,
+    source: str,
+    fractions: tuple[float, float] | None = None,
+    policy: BadSamplePolicy = BadSamplePolicy.error,
+) -> Listing:
+    """A COCO instances file (``instances_*.json``, its polygons and RLEs) and its photos as a
+    source: every image entry whose photo is in ``images`` (found by ``file_name``); masks made
+    when read (``read_coco_mask``). ``fractions``: (val, test) shares drawn by hash of the
+    names (``fraction_splits``); None: every photo is training material."""
+    index = coco_index(annotations)
+    photos = _files(images, IMAGE_SUFFIXES)
+    by_name = {p.name: p for p in photos.values()}
+    spec = MaskSpec(MaskEncoding.coco)
+    listing = Listing(source, {}, {})
+    for name in sorted(index, key=natural_key):
+        photo = by_name.get(name)
+        if photo is None:
+            _bad_pair(
+                BadSampleError(images / name, f"listed in {annotations}, missing"), policy, listing
+            )
+            continue
+        listing.refs[photo.stem] = SampleRef(photo.stem, source, photo, annotations, spec)
+    unlisted = sorted(set(by_name) - set(index))
+    if unlisted:
+        listing.notes.append(
+            f"{len(unlisted)} photos of {images} are not in {annotations.name} (unused)"
+        )
+    if not listing.refs:
+        raise DataError(f"{annotations}: none of its images is in {images}")
+    ids = list(listing.refs)
+    if fractions is None:
+        listing.splits = {"train": ids, "val": [], "test": []}
+    else:
+        listing.splits = fraction_splits(listing, *fractions)
+    return listing
