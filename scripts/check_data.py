@@ -22,6 +22,8 @@ from seg.cli import user_errors
 from seg.config import compose_config
 from seg.data import SOURCE_NAMES, VAL_SOURCE_NAMES, source_names
 from seg.data.check import format_reports, scan_source
+from seg.data.coco_mini import NAME as MINI_NAME
+from seg.data.coco_mini import check_annotations
 from seg.data.download import SOURCES, resolve_data_root
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
 from seg.fileio import write_text
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [a for a in ns.args if "=" not in a]
     if names == ["all"]:  # the sources fetched with download_data.py all that have masks
         names = [n for n in SOURCES if n in SOURCE_NAMES or n in VAL_SOURCE_NAMES]
+        names.append(MINI_NAME)
     if ns.verify:
         return verify(names, overrides)
     reports = []
@@ -61,9 +64,11 @@ def verify(names: list[str], overrides: list[str]) -> int:
     for name in names:
         cfg = compose_config([f"data={name}", *overrides]).data
         root = resolve_data_root(cfg.root)
-        for source in (s for s in source_names(cfg) if s in SOURCES):
+        for source in (s for s in source_names(cfg) if s in SOURCES or s == MINI_NAME):
             digests = read_manifest(manifest_path(source))
             problems = manifest_problems(root / source, digests)
+            if source == MINI_NAME:  # its annotation file is checked by its content
+                problems += check_annotations(root / source)
             failed |= bool(problems)
             verdict = (
                 "; ".join(problems) or f"all {len(digests)} files match {manifest_path(source)}"

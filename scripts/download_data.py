@@ -7,9 +7,10 @@
     python scripts/download_data.py coco_person --negatives-share 0.05   # COCO 2017, ~11 GB
 
 The root defaults to $SEG_DATA_DIR, else the repository's data/ folder. See data/README.md.
-``all`` is the GitHub-published datasets; ``coco_person`` (COCO 2017's photos with people and
-their masks, from COCO's servers, resumable: seg/data/coco_download.py) is fetched only when
-named, for its size.
+``all`` is the GitHub-published datasets, ``coco_mini_person`` among them (123 COCO photos with
+people, assembled from two repositories: seg/data/coco_mini.py); ``coco_person`` (COCO
+2017's photos with people and their masks, from COCO's servers, resumable:
+seg/data/coco_download.py) is fetched only when named, for its size.
 Every download is checked against the SHA-256 manifests of seg/data/manifests/ before it is
 moved into place; --write-manifests makes them anew from the copies at --root (copies of the
 pinned commits: only a maintainer who has checked them does that).
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from seg.data.coco_download import NAME as COCO_NAME
 from seg.data.coco_download import download_coco_person
+from seg.data.coco_mini import NAME as MINI_NAME
+from seg.data.coco_mini import download_coco_mini_person
 from seg.data.download import (
     SOURCES,
     DownloadError,
@@ -41,9 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "names",
         nargs="+",
-        choices=[*SOURCES, "all", COCO_NAME],
+        choices=[*SOURCES, MINI_NAME, "all", COCO_NAME],
         metavar="NAME",
-        help=f"datasets to fetch: {', '.join(SOURCES)}, all (those), or {COCO_NAME}",
+        help=f"datasets to fetch: {', '.join([*SOURCES, MINI_NAME])}, all (those), or {COCO_NAME}",
     )
     parser.add_argument("--root", type=Path, help="data root (default: $SEG_DATA_DIR or data/)")
     parser.add_argument("--url", help="fetch from this URL (http(s):// or file://), one NAME only")
@@ -62,9 +65,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="write the manifests from the copies at --root",
     )
     args = parser.parse_args(argv)
-    args.names = list(SOURCES) if "all" in args.names else list(dict.fromkeys(args.names))
+    every = [*SOURCES, MINI_NAME]
+    args.names = every if "all" in args.names else list(dict.fromkeys(args.names))
     if args.url and len(args.names) != 1:
         parser.error(f"--url needs exactly one NAME, got {args.names}")
+    if args.url and args.names[0] in (MINI_NAME, COCO_NAME):
+        parser.error(f"--url replaces one archive; {args.names[0]} is fetched from several")
+    if args.write_manifests and MINI_NAME in args.names:
+        parser.error(f"--write-manifests: {MINI_NAME}'s manifest lists its photos (images/)")
     return args
 
 
@@ -83,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
             if name == COCO_NAME:
                 folder = download_coco_person(root, args.negatives_share, timeout=args.timeout)
                 print(f"{name}: {folder}")
+                continue
+            if name == MINI_NAME:
+                print(f"{name}: {download_coco_mini_person(root, timeout=args.timeout)}")
                 continue
             folder = download_dataset(
                 name,

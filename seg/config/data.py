@@ -24,6 +24,9 @@ class DatasetName(str, Enum):
     vikram_human_seg = "vikram_human_seg"
     coco128_seg = "coco128_seg"  # validation and test only (no train split)
     coco_person = "coco_person"  # COCO 2017's photos with people (download by name)
+    # 123 COCO photos with people, every person labelled (COCO's instances file): training only
+    coco_mini_person = "coco_mini_person"
+    coco = "coco"  # your own COCO instances file (data.coco)
     folder = "folder"
     human_mix = "human_mix"
 
@@ -40,6 +43,7 @@ class MaskEncoding(str, Enum):
     instances = "instances"  # instance ids, every id > 0 is a person
     alpha = "alpha"  # alpha matte 0..255, person where alpha >= alpha_threshold
     yolo = "yolo"  # YOLO segmentation labels: class-0 (COCO person) polygons (seg/data/coco.py)
+    coco = "coco"  # a COCO instances file: person instances, crowds ignored (seg/data/coco.py)
 
 
 class Interpolation(str, Enum):
@@ -67,6 +71,18 @@ class FolderConfig:
 
 
 @dataclass
+class CocoConfig:
+    """A COCO instances file and its photos (``data=coco``): person = the union of the person
+    instances (category 1), crowd regions (``iscrowd``) ignored."""
+
+    images: str = incidental("images")  # relative to data.root, or absolute
+    annotations: str = incidental("annotations/instances.json")  # instances_*.json
+    # true: every photo is training material (no val or test split: give validation sources
+    # beside it in human_mix); false: val and test drawn by hash (data.val_fraction, ...)
+    train_only: bool = False
+
+
+@dataclass
 class DataConfig:
     name: DatasetName = DatasetName.human_mix
     # Where datasets live. null: $SEG_DATA_DIR, else data/ (relative to the working directory);
@@ -81,6 +97,11 @@ class DataConfig:
     # a run (as a held-out source): coco128_seg, photos unlike the training sources, with and
     # without people. [] = none.
     val_sources: list[str] = field(default_factory=lambda: ["coco128_seg"])
+    # Shares of each epoch's photos with people that named training sources make up, reached by
+    # repeating their photos (each used before any repeats, in a seeded order; the other sources
+    # keep their counts), as mmsegmentation's and detectron2's repeat-factor samplers do for
+    # scarce data: {coco_mini_person: 0.15}. {} = every photo once, sources by their size.
+    source_shares: dict[str, float] = field(default_factory=dict)
     # Photos without people mixed into training as all-background samples: ``negatives_p`` of
     # each epoch's samples (0 = none), from ``negatives``: "imagenet_negatives" (a dataset
     # fetched like the others) or a folder of photos (relative to data.root, or absolute).
@@ -93,12 +114,21 @@ class DataConfig:
     on_bad_sample: BadSamplePolicy = incidental(BadSamplePolicy.error)
     download: bool = incidental(True)  # fetch a missing dataset from its public source
     folder: FolderConfig = field(default_factory=FolderConfig)
+    coco: CocoConfig = field(default_factory=CocoConfig)
 
     def __post_init__(self) -> None:  # as every schema: range checks when the object is made
         for key in ("val_fraction", "test_fraction", "negatives_p"):
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and 0.0 <= value < 1.0):
                 raise ConfigError.invalid(f"data.{key}", value, "a share in [0, 1)")
+        for name, share in dict(self.source_shares or {}).items():
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+                raise ConfigError.invalid(f"data.source_shares.{name}", share, "a share in (0, 1)")
+        if sum(dict(self.source_shares or {}).values()) >= 1:
+            raise ConfigError(
+                f"data.source_shares={dict(self.source_shares)} sum to 1 or more: the other "
+                "training sources would get no share"
+            )
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ConfigError(
                 f"data.val_fraction + data.test_fraction = "

@@ -11,9 +11,19 @@ import torch
 from torch.utils.data import Dataset
 
 from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName, MaskEncoding
-from seg.data.coco import list_coco128, list_coco_person, list_negatives, read_yolo_mask
+from seg.data.coco import (
+    list_coco128,
+    list_coco_instances,
+    list_coco_person,
+    list_negatives,
+    read_coco_instances,
+    read_coco_mask,
+    read_yolo_instances,
+    read_yolo_mask,
+)
+from seg.data.coco_mini import ANNOTATIONS, IMAGES, download_coco_mini_person
 from seg.data.download import DatasetNotFoundError, ensure_dataset, resolve_data_root
-from seg.data.folder import list_folder
+from seg.data.folder import list_folder, under_root
 from seg.data.io import (
     IGNORE_INDEX,
     BadSampleError,
@@ -29,9 +39,11 @@ from seg.fileio import write_text
 
 log = logging.getLogger(__name__)
 
-# Training sources of human_mix (data.sources); coco_person is fetched only by name (its size).
-SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg", "coco_person")
+# Training sources of human_mix (data.sources); coco_person is fetched only by name (its size);
+# coco is the COCO instances file that data.coco names.
+SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg", "coco_person", "coco_mini_person", "coco")
 VAL_SOURCE_NAMES = ("coco128_seg",)  # sources that are only ever validated and tested
+COCO_MINI_PERSON = (IMAGES, ANNOTATIONS)  # its layout
 NEGATIVES = "imagenet_negatives"  # the photos without people that data.negatives names
 
 Transform = Callable[..., dict]
@@ -103,10 +115,30 @@ def read_pair(ref: SampleRef) -> tuple[np.ndarray, np.ndarray, bool]:
         return image, np.zeros(image.shape[:2], np.uint8), False
     if spec.encoding is MaskEncoding.yolo:
         return image, read_yolo_mask(ref.mask, image.shape[:2]), False
+    if spec.encoding is MaskEncoding.coco:  # ref.mask: the instances file of all the photos
+        return image, read_coco_mask(ref.mask, ref.image, image.shape[:2]), False
     raw = read_mask_array(ref.mask, spec.mat_key)
     mask = encode_mask(raw, spec.encoding, ref.mask, spec.alpha_threshold, spec.ignore_value)
     fitted = fit_mask_to_image(mask, image.shape[:2], ref.mask)
     return image, fitted, fitted.shape != mask.shape
+
+
+def has_instances(ref: SampleRef) -> bool:
+    """Whether ``ref``'s labels tell its people apart (YOLO polygons, COCO instances)."""
+    return ref.mask_spec.encoding in (MaskEncoding.yolo, MaskEncoding.coco)
+
+
+def read_instances(ref: SampleRef, size_hw: tuple[int, int]) -> list[np.ndarray] | None:
+    """Each person of ``ref``'s photo on its own, uint8 (H, W) masks at ``size_hw``, where its
+    labels tell people apart (``has_instances``; none for a photo without a label file), else
+    None."""
+    if not has_instances(ref) and ref.mask is not None:
+        return None
+    if ref.mask is None:
+        return []
+    if ref.mask_spec.encoding is MaskEncoding.yolo:
+        return read_yolo_instances(ref.mask, size_hw)
+    return read_coco_instances(ref.mask, ref.image, size_hw)
 
 
 def list_source(cfg: DataConfig, name: str) -> Listing:
@@ -123,6 +155,15 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
         raise ConfigError(f"unknown dataset source {name!r}; valid: {[*valid, 'folder']}")
     if name == "coco_person":
         return list_coco_person(coco_person_folder(root), policy)
+    if name == "coco":
+        images = under_root(root, cfg.coco.images)
+        annotations = under_root(root, cfg.coco.annotations)
+        fractions = None if cfg.coco.train_only else (cfg.val_fraction, cfg.test_fraction)
+        return list_coco_instances(images, annotations, "coco", fractions, policy)
+    if name == "coco_mini_person":
+        folder = coco_mini_person_folder(root, cfg.download)
+        images, annotations = (folder / part for part in COCO_MINI_PERSON)
+        return list_coco_instances(images, annotations, name, None, policy)
     folder = ensure_dataset(name, root, cfg.download)
     if name == "coco128_seg":
         return list_coco128(folder, policy)
@@ -131,6 +172,27 @@ def list_source(cfg: DataConfig, name: str) -> Listing:
     if name == "ccp":
         return list_ccp(folder, cfg.val_fraction, cfg.test_fraction, policy)
     return list_vikram(folder, cfg.val_fraction, cfg.test_fraction, policy)
+
+
+def train_only(cfg: DataConfig, name: str) -> bool:
+    """Whether source ``name`` is training material only (no val or test split to report)."""
+    return name == "coco_mini_person" or (name == "coco" and cfg.coco.train_only)
+
+
+def coco_mini_person_folder(root: Path, download: bool) -> Path:
+    """``root/coco_mini_person`` (a copy with its photos and annotation file), fetched when
+    missing and ``download`` is on (``seg.data.coco_mini``)."""
+    folder = root / "coco_mini_person"
+    if all((folder / part).exists() for part in COCO_MINI_PERSON):
+        return folder
+    if download:
+        return download_coco_mini_person(root)
+    raise DatasetNotFoundError(
+        f"dataset 'coco_mini_person' not found in {folder} (expected {COCO_MINI_PERSON[0]}/ and "
+        f"{COCO_MINI_PERSON[1]}) and downloading is off (data.download=false): run python "
+        f"scripts/download_data.py coco_mini_person --root {root}, or point SEG_DATA_DIR (or "
+        "data.root) at a folder that holds a copy"
+    )
 
 
 def coco_person_folder(root: Path) -> Path:
@@ -175,6 +237,39 @@ def negative_refs(cfg: DataConfig, positives: int, seed: int = 0) -> list[Sample
     order = np.random.default_rng(seed).permutation(len(refs))
     count = round(positives * share / (1 - share))
     return [refs[order[i % len(refs)]] for i in range(count)]
+
+
+def shared_refs(cfg: DataConfig, refs: list[SampleRef], seed: int = 0) -> list[SampleRef]:
+    """An epoch's photos with people, ``refs`` (the train splits) with the sources of
+    ``data.source_shares`` at their shares: each such source's photos repeated (each before any
+    repeats, in an order drawn from ``seed``) to ``share`` of the result; the other sources'
+    photos once each, as they are. A share smaller than the source's own is reached by taking
+    fewer of its photos, the same ones every epoch."""
+    shares = dict(cfg.source_shares or {})
+    if not shares:
+        return list(refs)
+    trained = train_source_names(cfg)
+    unknown = sorted(set(shares) - set(trained))
+    if unknown:
+        raise ConfigError(
+            f"data.source_shares names {unknown}, which are not training sources of this run; "
+            f"valid: {trained}"
+        )
+    rest = [ref for ref in refs if ref.source not in shares]
+    if not rest:
+        raise ConfigError(
+            f"data.source_shares={shares} names every training source; leave one out: its "
+            "photos are what the shares are shares of"
+        )
+    total = len(rest) / (1.0 - sum(shares.values()))
+    out = list(rest)
+    for k, (name, share) in enumerate(sorted(shares.items())):
+        own = [ref for ref in refs if ref.source == name]
+        if not own:
+            raise DataError(f"data.source_shares.{name}: the source has no training photos")
+        order = np.random.default_rng([seed, k]).permutation(len(own))
+        out += [own[order[i % len(own)]] for i in range(round(total * share))]
+    return out
 
 
 def source_names(cfg: DataConfig) -> list[str]:
@@ -222,12 +317,18 @@ def train_source_names(cfg: DataConfig) -> list[str]:
     return names if cfg.train_sources is None else [n for n in names if n in cfg.train_sources]
 
 
+def eval_source_names(cfg: DataConfig) -> list[str]:
+    """The sources validation and test report: ``source_names`` but those that are training
+    material only (``train_only``)."""
+    return [name for name in source_names(cfg) if not train_only(cfg, name)]
+
+
 def build_dataset(cfg: DataConfig, split: str, transform: Transform | None = None) -> SegDataset:
     """One dataset for a split; for human_mix the union of the sources' splits (for the train
     split, of ``data.train_sources``)."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; valid: {list(SPLITS)}")
-    names = train_source_names(cfg) if split == "train" else source_names(cfg)
+    names = train_source_names(cfg) if split == "train" else eval_source_names(cfg)
     refs = [ref for name in names for ref in list_source(cfg, name).split_refs(split)]
     return SegDataset(refs, transform, cfg.on_bad_sample)
 
@@ -238,7 +339,8 @@ def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = Non
     ``data.negatives_p`` photos without people follow them (``negative_refs``), people pasted
     onto them as onto any other."""
     people = build_dataset(data, "train")
-    refs = people.refs + negative_refs(data, len(people), seed or 0)
+    shared = shared_refs(data, people.refs, seed or 0)
+    refs = shared + negative_refs(data, len(shared), seed or 0)
     dataset = SegDataset(refs, None, data.on_bad_sample)
     dataset.transform = build_train_transform(aug, seed, pool=people)
     return dataset
@@ -256,7 +358,7 @@ def build_eval_datasets(
             cfg.on_bad_sample,
             drop_bad=True,
         )
-        for name in source_names(cfg)
+        for name in eval_source_names(cfg)
     }
 
 
@@ -281,9 +383,13 @@ __all__ = [
     "build_dataset",
     "build_eval_datasets",
     "build_train_dataset",
+    "eval_source_names",
+    "has_instances",
     "list_source",
+    "read_instances",
     "read_pair",
     "save_splits",
+    "shared_refs",
     "source_names",
     "train_source_names",
 ]

@@ -267,7 +267,7 @@ def _fetch(url: str, dest: Path, timeout: float) -> None:
             raise ConnectionError(f"truncated download: received {received} of {total} bytes")
 
 
-def _relative(name: str, top: str | None) -> tuple[str, str]:
+def archive_relative(name: str, top: str | None) -> tuple[str, str]:
     """Split an archive entry into (top folder, path below it), rejecting unsafe names."""
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\\" in name:
@@ -286,7 +286,7 @@ def _extract(source: DatasetSource, archive: Path, dest: Path) -> int:
     listed = source.expected_digests() if source.only_manifest else None
     with tarfile.open(archive, "r:*") as tar:
         for member in tar:
-            top, repo_path = _relative(member.name, top)
+            top, repo_path = archive_relative(member.name, top)
             rel = source.dataset_path(repo_path) if repo_path else None
             if not rel or not source.wants(rel) or (listed is not None and rel not in listed):
                 continue
@@ -304,7 +304,7 @@ def _extract(source: DatasetSource, archive: Path, dest: Path) -> int:
     return copied
 
 
-def _swap_in(new: Path, target: Path) -> None:
+def swap_in(new: Path, target: Path) -> None:
     """Move ``new`` to ``target``; an existing ``target`` is set aside first, removed last."""
     if not target.exists() and not target.is_symlink():
         os.replace(new, target)
@@ -356,7 +356,7 @@ def _unpack(source: DatasetSource, archive: Path, root: Path, url: str) -> None:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        _swap_in(tmp, root / source.name)
+        swap_in(tmp, root / source.name)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, DownloadError):  # bad content: never reuse this archive

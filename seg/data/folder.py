@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seg.config import BadSamplePolicy, FolderConfig
+from seg.config import BadSamplePolicy, FolderConfig, MaskEncoding
 from seg.data.io import BadSampleError
 from seg.data.listing import (
     SPLITS,
@@ -30,10 +30,15 @@ def list_folder(
     If ``images/train`` and ``images/val`` exist, the ``<split>/`` subfolders of both folders are
     the splits (mmsegmentation's layout); otherwise the splits are drawn from file-name hashes.
     """
-    images_dir = _under(root, cfg.images)
-    masks_dir = _under(root, cfg.masks)
+    images_dir = under_root(root, cfg.images)
+    masks_dir = under_root(root, cfg.masks)
     if not 0 <= cfg.alpha_threshold <= 255:
         raise ConfigError(f"data.folder.alpha_threshold={cfg.alpha_threshold} must be in 0..255")
+    if MaskEncoding(cfg.encoding) is MaskEncoding.coco:
+        raise ConfigError(
+            "data.folder.encoding=coco: a COCO instances file describes all the photos in one "
+            "file; use data=coco with data.coco.images and data.coco.annotations"
+        )
     spec = MaskSpec(cfg.encoding, None, cfg.alpha_threshold, cfg.ignore_value)
     listing = Listing("folder", {}, {})
     if all((images_dir / s).is_dir() for s in ("train", "val")):
@@ -104,6 +109,7 @@ def _pair(
     return ids
 
 
-def _under(root: Path, path: str) -> Path:
+def under_root(root: Path, path: str) -> Path:
+    """``path`` relative to the data root, or as it is where absolute."""
     p = Path(path).expanduser()
     return p if p.is_absolute() else root / p
