@@ -426,3 +426,32 @@ def test_onnxruntime_and_torch_backends_score_alike(
     for key in ("pixel_acc", "iou_person", "miou", "dice_person", "bf_2", "boundary_iou"):
         a, b = torch_r["overall"][key], ort_r["overall"][key]
         assert (a is None and b is None) or abs(a - b) <= 1e-4, (key, a, b)
+
+
+def test_photos_whose_labels_tell_people_apart_are_scored_by_person_size(
+    tiny_checkpoint: Path, data_env: Path, tmp_path: Path
+) -> None:
+    """coco128_seg's polygons give each person: the result splits person recall and IoU by
+    COCO's sizes (every class-0 polygon of the photos scored is one person of one size), and
+    the report prints the split; sources with plain masks have none."""
+    from seg.data.coco import read_yolo_instances
+
+    out = tmp_path / "eval"
+    args = [f"checkpoint={tiny_checkpoint}", "data=coco128_seg", "split=val", "max_images=8"]
+    args += ["worst=0", "num_workers=0", "progress=false", "device=cpu", "backend=torch"]
+    result = run_evaluation(compose_eval_config([*args, f"out={out}"]))
+    sizes = result["person_sizes"]["coco128_seg"]
+    listing = list_source(DataConfig(name="coco128_seg", root=str(data_env)), "coco128_seg")
+    people = 0
+    for ref in listing.split_refs("val")[:8]:
+        if ref.mask is not None:
+            h, w = cv2.imread(str(ref.image)).shape[:2]
+            people += sum(m.sum() > 0 for m in read_yolo_instances(ref.mask, (h, w)))
+    assert (
+        people > 5 and sum(sizes[f"instances_{n}"] for n in ("small", "medium", "large")) == people
+    )
+    for n in ("small", "medium", "large"):
+        if sizes[f"instances_{n}"]:
+            assert 0 <= sizes[f"iou_{n}"] <= sizes[f"recall_{n}"] <= 1
+    assert "people by size" in (out / "report.txt").read_text()
+    assert json.loads((out / "metrics.json").read_text())["person_sizes"]["coco128_seg"] == sizes

@@ -481,3 +481,46 @@ def test_photos_without_people_are_counted_on_their_own() -> None:
     with_people = SegMetrics.confusion_only(2)
     with_people.update(pred[:1], target[:1])
     assert math.isnan(with_people.compute()["empty_person_share"])
+
+
+def test_person_sizes_split_recall_and_iou_the_way_coco_sizes_people() -> None:
+    """A large, a medium and a small person (COCO's areas): each pixel of a person belongs to
+    the smallest one covering it, a false pixel to the nearest person; the buckets' counts add
+    up to the photo's (person IoU over the buckets = the photo's person IoU)."""
+    from seg.metrics.sizes import SizeSplit, size_index
+
+    assert [size_index(a) for a in (0, 1023, 1024, 9215, 9216)] == [0, 0, 1, 1, 2]
+    h, w = 200, 300
+    large = np.zeros((h, w), np.uint8)
+    large[20:180, 20:140] = 1  # 19,200 pixels
+    small = np.zeros((h, w), np.uint8)
+    small[50:60, 200:210] = 1  # 100
+    medium = np.zeros((h, w), np.uint8)
+    medium[100:150, 200:250] = 1  # 2,500
+    child = np.zeros((h, w), np.uint8)
+    child[30:50, 30:50] = 1  # 400, in front of the large one: its pixels are the child's
+    pred = (large | medium).astype(bool)
+    pred[20:180, 140:145] = True  # 800 false pixels beside the large person
+    pred[60:62, 200:210] = True  # 20 just below the small one
+    pred[120:130, 180:190] = True  # 100 false pixels left of the medium one (30 px from large)
+    valid = np.ones((h, w), bool)
+    valid[0:5, 0:5] = False
+    split = SizeSplit()
+    split.update(pred, [large, small, medium, child], valid)
+    m = split.compute()
+    assert (m["instances_small"], m["instances_medium"], m["instances_large"]) == (2, 1, 1)
+    assert m["recall_small"] == 400 / 500 and m["found_small"] == 0.5  # the child, not the small
+    assert m["iou_small"] == 400 / (500 + 20)
+    assert m["recall_large"] == 1.0 and m["iou_large"] == 18_800 / (18_800 + 800)
+    assert m["iou_medium"] == 2_500 / (2_500 + 100)
+    counts = split.counts.numpy()
+    people = (large | small | medium | child).astype(bool)
+    assert counts[:, 2].sum() == people.sum() and counts[:, 3].sum() == (pred & people).sum()
+    assert counts[:, 4].sum() == (pred & ~people & valid).sum()
+    photo_iou = (pred & people).sum() / (pred | people).sum()
+    assert counts[:, 3].sum() / (counts[:, 2].sum() + counts[:, 4].sum()) == pytest.approx(
+        photo_iou
+    )
+    nobody = SizeSplit()
+    nobody.update(pred, [])
+    assert nobody.counts.sum() == 0

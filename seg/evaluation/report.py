@@ -20,6 +20,7 @@ from seg.evaluation.selection import Selection
 from seg.fileio import write_text
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent, ratio
+from seg.metrics.sizes import SIZES
 
 CSV_COLUMNS = (
     "name",
@@ -183,8 +184,32 @@ def format_table(result: dict[str, Any]) -> str:
         values = " ".join(f"{percent(_nan(m.get(k))):>10}" for k, _ in cols)
         lines.append(f"{name:<18} {m['images']:>6} {values}")
     lines.append(EMPTY_NOTE)
+    lines += size_lines(result.get("person_sizes") or {})
     lines.append(target_line(_nan(result["overall"]["pixel_acc"]), result["target_pixel_acc"]))
     return "\n".join(lines)
+
+
+def size_lines(sizes: dict[str, dict[str, float]]) -> list[str]:
+    """The person-size split (``seg.metrics.sizes``) of the sources that have one: per size,
+    person recall, IoU, the share of people found and their number."""
+    if not sizes:
+        return []
+    names = [name for name, _ in SIZES]
+    head = " ".join(f"{n + ' recall / IoU / found (people)':>38}" for n in names)
+    lines = [f"{'people by size':<18} {head}"]
+    for source, m in sizes.items():
+        cells = []
+        for n in names:
+            r, i, f = (percent(_nan(m.get(f"{k}_{n}")), 1) for k in ("recall", "iou", "found"))
+            people = int(m.get(f"instances_{n}") or 0)
+            cell = f"{r} / {i} / {f} ({people})"
+            cells.append(f"{cell:>38}")
+        lines.append(f"{source:<18} {' '.join(cells)}")
+    lines.append(
+        "  (COCO's sizes: small under 32 x 32 pixels, medium under 96 x 96; found: half or more "
+        "of the person's pixels)"
+    )
+    return lines
 
 
 # --- The case study's pixel-accuracy target (88%): the one place its verdict is made --------

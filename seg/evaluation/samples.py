@@ -14,8 +14,9 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from seg.config import DataConfig
-from seg.data import SegDataset, list_source, source_names
+from seg.data import SegDataset, eval_source_names, list_source
 from seg.data.batching import pixel_batches
+from seg.data.datasets import has_instances, read_instances
 from seg.data.io import header_pixels
 from seg.data.listing import natural_key
 from seg.errors import DataError
@@ -34,6 +35,11 @@ class Item:
     def name(self) -> str:
         return self.dataset.refs[self.position].id
 
+    @property
+    def has_instances(self) -> bool:
+        """Whether its labels tell its people apart (the person-size split counts it)."""
+        return has_instances(self.dataset.refs[self.position])
+
 
 def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
     """Every sample of ``split`` (``all``: every pair) of every source of ``cfg``, in order.
@@ -41,7 +47,7 @@ def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
     ``max_images`` > 0 keeps the first N of each source.
     """
     items: list[Item] = []
-    for source in source_names(cfg):
+    for source in eval_source_names(cfg):
         listing = list_source(cfg, source)
         if split == "all":
             refs = sorted(listing.refs.values(), key=lambda r: natural_key(r.id))
@@ -54,7 +60,7 @@ def list_items(cfg: DataConfig, split: str, max_images: int = 0) -> list[Item]:
         dataset = SegDataset(refs, None, cfg.on_bad_sample, drop_bad=True)
         items += [Item(len(items) + i, source, dataset, i) for i in range(len(refs))]
     if not items:
-        raise DataError(f"no samples to evaluate in split {split!r} of {source_names(cfg)}")
+        raise DataError(f"no samples to evaluate in split {split!r} of {eval_source_names(cfg)}")
     return items
 
 
@@ -70,7 +76,11 @@ class RawSamples(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         item = self.items[i]
-        return {**item.dataset[item.position], "index": item.index}
+        sample = {**item.dataset[item.position], "index": item.index}
+        ref = item.dataset.refs[item.position]
+        if "mask" in sample and has_instances(ref):  # its people one by one: the size split
+            sample["instances"] = read_instances(ref, sample["mask"].shape)
+        return sample
 
 
 def _as_list(batch: list[dict]) -> list[dict]:

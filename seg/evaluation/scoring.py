@@ -45,6 +45,7 @@ from seg.inference.media import write_image
 from seg.inference.predictor import Predictor, predictor_from_options
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent
+from seg.metrics.sizes import SizeSplit
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,13 @@ def score_items(
     cfg: EvalConfig,
     num_classes: int,
     sources: list[str],
+    sizes: dict[str, SizeSplit] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, SegMetrics], list[str]]:
     """Score ``items``: (per-image rows with their ``index``, per-source accumulators, the
-    messages of bad pairs skipped under ``on_bad_sample=skip``)."""
+    messages of bad pairs skipped under ``on_bad_sample=skip``). The photos of the sources in
+    ``sizes`` whose labels tell people apart are also counted there, by person size."""
     by_index = {item.index: item for item in items}
+    sizes = sizes if sizes is not None else {}
     totals = {s: SegMetrics(num_classes) for s in sources}
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
@@ -81,6 +85,9 @@ def score_items(
         for sample, label in zip(good, labels, strict=True):
             item = by_index[sample["index"]]
             truth = torch.from_numpy(sample.pop("mask"))
+            people = sample.pop("instances", None)
+            if people is not None and item.source in sizes:
+                sizes[item.source].update((label == 1).numpy(), people, (truth != 255).numpy())
             one = SegMetrics(num_classes)
             one.update(label[None], truth[None])
             row = image_row(item.name, item.source, truth.shape, one)
@@ -91,7 +98,7 @@ def score_items(
     return rows, totals, skipped
 
 
-def _reduce(totals: dict[str, SegMetrics], device: torch.device) -> None:
+def _reduce(totals: dict[str, SegMetrics] | dict[str, SizeSplit], device: torch.device) -> None:
     """Sum every rank's counts in place (on ``device``, which the backend serves)."""
 
     def sum_(tensor: torch.Tensor) -> None:
@@ -152,6 +159,7 @@ def _result(
     predictor: Predictor,
     totals: dict[str, SegMetrics],
     skipped: list[str],
+    sizes: dict[str, SizeSplit],
 ) -> dict[str, Any]:
     """The content of ``metrics.json`` (before NaN becomes null)."""
     overall = SegMetrics(train_cfg.model.num_classes)
@@ -176,6 +184,7 @@ def _result(
         "pass": meets_target(acc, target),
         "overall": summary(overall),
         "per_source": {s: summary(m) for s, m in totals.items()},
+        "person_sizes": {s: split.compute() for s, split in sizes.items()},
         "confusion": {**confusion, "all": overall.confusion.tolist()},
         "skipped": skipped,
         "device": str(predictor.device),
@@ -235,8 +244,14 @@ def _score(
         predictor.window,
     )
     t0 = time.perf_counter()
-    rows, totals, skipped = score_items(predictor, mine, cfg, train_cfg.model.num_classes, sources)
+    # The same sources on every rank: what their listings are, not what a shard holds.
+    sizes = {
+        s: SizeSplit() for s in sources if any(i.source == s and i.has_instances for i in items)
+    }
+    classes = train_cfg.model.num_classes
+    rows, totals, skipped = score_items(predictor, mine, cfg, classes, sources, sizes)
     _reduce(totals, predictor.device)
+    _reduce(sizes, predictor.device)
     gathered = [r for part in du.all_gather_object(rows) for r in part]
     rows = sorted(gathered, key=lambda r: r["index"])
     skipped = [s for part in du.all_gather_object(skipped) for s in part]
@@ -246,7 +261,7 @@ def _score(
             f"are bad (data.on_bad_sample=skip), e.g. {skipped[0] if skipped else '?'}"
         )
     scoring_s = time.perf_counter() - t0
-    result = _result(cfg, train_cfg, data_name, predictor, totals, skipped)
+    result = _result(cfg, train_cfg, data_name, predictor, totals, skipped, sizes)
     result["timing_s"] = {
         "scoring": round(scoring_s, 2),
         "images_per_s": round(len(rows) / max(scoring_s, 1e-9), 2),
