@@ -222,13 +222,28 @@ def test_truncated_archive_leaves_nothing(server, vikram, tmp_path):
     assert_nothing_left(root)
 
 
-def test_dropped_connection_leaves_no_part_file(server, vikram, tmp_path):
+def assert_only_the_part_left(root: Path) -> None:
+    """No dataset folder, no partial folder; the fetched part kept to be continued."""
+    assert not (root / NAME).exists()
+    assert not list(root.glob(f".{NAME}.*")), list(root.glob(f".{NAME}.*"))
+    assert [p.name for p in root.glob(".downloads/*.tar.gz*")] == [
+        f"{NAME}-{SMALL.commit}.tar.gz.part"
+    ]
+
+
+def test_a_dropped_connection_is_continued_from_its_last_byte(server, vikram, tmp_path):
     server.files["/d.tar.gz"] = make_archive(vikram)
     server.drop.add("/d.tar.gz")
-    root = tmp_path / "data"
+    root, url = tmp_path / "data", server.url("/d.tar.gz")
     with pytest.raises(DownloadError, match="could not download"):
-        download_dataset(SMALL, root, url=server.url("/d.tar.gz"))
-    assert_nothing_left(root)
+        download_dataset(SMALL, root, url=url)
+    assert_only_the_part_left(root)
+    server.drop.clear()
+    out = download_dataset(SMALL, root, url=url)
+    assert sorted(_files(out)) == sorted([*WANTED, MARKER])
+    half = len(server.files["/d.tar.gz"]) // 2
+    assert server.ranges == [("/d.tar.gz", f"bytes={half}-")]
+    assert not list(root.glob(".downloads/*.tar.gz*"))
 
 
 class _InterruptingBar:
@@ -247,13 +262,16 @@ class _InterruptingBar:
         raise KeyboardInterrupt
 
 
-def test_ctrl_c_while_fetching_leaves_no_part_file(server, vikram, tmp_path, monkeypatch):
+def test_ctrl_c_while_fetching_keeps_the_part_to_continue(server, vikram, tmp_path, monkeypatch):
     server.files["/a.tar.gz"] = make_archive(vikram)
     monkeypatch.setattr(download_module, "tqdm", _InterruptingBar)
-    root = tmp_path / "data"
+    root, url = tmp_path / "data", server.url("/a.tar.gz")
     with pytest.raises(KeyboardInterrupt):
-        download_dataset(SMALL, root, url=server.url("/a.tar.gz"))
-    assert_nothing_left(root)
+        download_dataset(SMALL, root, url=url)
+    assert_only_the_part_left(root)
+    monkeypatch.undo()
+    assert sorted(_files(download_dataset(SMALL, root, url=url))) == sorted([*WANTED, MARKER])
+    assert len(server.ranges) == 1  # continued, not fetched again
 
 
 def test_ctrl_c_while_extracting_keeps_only_the_complete_archive(

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from seg.data.coco import COCO_PERSON, write_coco_person_masks
-from seg.data.download import MARKER, DownloadError
+from seg.data.download import MARKER, DownloadError, fetch
 from seg.errors import ConfigError
 from seg.fileio import atomic_path
 from seg.locks import file_lock
@@ -42,28 +42,6 @@ ANNOTATIONS = "annotations/annotations_trainval2017.zip"
 SPLITS = ("train2017", "val2017")
 MEAN_PHOTO_BYTES = 160_000  # train2017: 18 GB over 118k photos
 _CHUNK = 1 << 20
-
-
-def fetch_resumable(url: str, dest: Path, timeout: float) -> Path:
-    """Fetch ``url`` into ``dest`` through ``dest.part``, continuing a ``.part`` left by an
-    interrupted run from its last byte (HTTP Range; a server that ignores it sends the whole
-    file, which then replaces the part)."""
-    if dest.is_file():
-        return dest
-    part = dest.with_name(dest.name + ".part")
-    have = part.stat().st_size if part.is_file() else 0
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        resumed = have and response.status == 206
-        total = int(response.headers.get("Content-Length") or 0) + (have if resumed else 0)
-        with open(part, "ab" if resumed else "wb") as out:
-            while chunk := response.read(_CHUNK):
-                out.write(chunk)
-            received = out.tell()
-    if total and received != total:
-        raise ConnectionError(f"truncated download of {url}: {received} of {total} bytes")
-    part.replace(dest)
-    return dest
 
 
 def chosen_images(instances: dict, negatives_share: float, seed: int = 0) -> set[int]:
@@ -102,7 +80,7 @@ def download_coco_person(
         archive = cache / Path(ANNOTATIONS).name
         log.info("coco_person: COCO's annotation archive (241 MB) from %s, resumable", url)
         try:
-            fetch_resumable(url, archive, timeout)
+            fetch(url, archive, timeout)
             counts = {
                 s: _fetch_split(archive, s, target, negatives_share, base_url, timeout)
                 for s in splits

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from seg.data.coco import COCO_PERSON, load_coco_instances
-from seg.data.coco_download import fetch_resumable
 from seg.data.download import (
     MARKER,
     DownloadError,
     archive_relative,
+    fetch,
     swap_in,
 )
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
@@ -193,7 +193,7 @@ def download_coco_mini_person(
                 archive = cache / f"{repository.repo.replace('/', '-')}-{repository.commit}.tar.gz"
                 log.info("%s: photos and annotations of %s", NAME, url)
                 try:
-                    fetch_resumable(url, archive, timeout)
+                    fetch(url, archive, timeout)
                     sources.append(_extract(repository, archive, tmp, names))
                 except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
                     raise DownloadError(

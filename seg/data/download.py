@@ -4,7 +4,9 @@ Each dataset is the archive of one repository at a pinned commit. Only the files
 uses are extracted, into ``<root>/<name>/`` in the layout the repository publishes. The work
 happens in hidden siblings (``.downloads/<name>-<commit>.tar.gz.part``,
 ``.<name>.partial-*``) that are renamed into place only once complete and verified, so an
-interrupted or corrupt download never leaves a dataset folder that a later run would use.
+interrupted or corrupt download never leaves a dataset folder that a later run would use; an
+interrupted fetch continues from its last byte (:func:`fetch`, the one fetcher of every
+download, COCO's included).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from tqdm import tqdm
 
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
 from seg.errors import ConfigError, MissingFileError, UserError
-from seg.fileio import atomic_path
 from seg.locks import file_lock
 
 log = logging.getLogger(__name__)
@@ -253,18 +254,40 @@ def resolve_data_root(root: str | Path | None, base: Path | None = None) -> Path
     return path if path.is_absolute() else (base or Path.cwd()).absolute() / path
 
 
-def _fetch(url: str, dest: Path, timeout: float) -> None:
-    """Stream ``url`` to a temporary file beside ``dest``, renamed to ``dest`` once complete."""
-    with atomic_path(dest) as part, urllib.request.urlopen(url, timeout=timeout) as response:
-        with open(part, "wb") as out:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, disable=None) as bar:
-                while chunk := response.read(_CHUNK):
-                    out.write(chunk)
-                    bar.update(len(chunk))
+def fetch(url: str, dest: Path, timeout: float) -> Path:
+    """Fetch ``url`` into ``dest`` through ``dest.part``, which is renamed to ``dest`` only when
+    whole; an interrupted fetch (a dropped connection, Ctrl-C) leaves the part, and the next
+    one continues it from its last byte (HTTP ``Range``; a server that ignores it sends the
+    whole file, which then replaces the part). The one fetcher of every download."""
+    if dest.is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    have = part.stat().st_size if part.is_file() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        resumed = bool(have) and getattr(response, "status", None) == 206
+        length = int(response.headers.get("Content-Length") or 0)
+        total = length + (have if resumed else 0) or None
+        with (
+            open(part, "ab" if resumed else "wb") as out,
+            tqdm(
+                total=total,
+                initial=have if resumed else 0,
+                unit="B",
+                unit_scale=True,
+                desc=dest.name,
+                disable=None,
+            ) as bar,
+        ):
+            while chunk := response.read(_CHUNK):
+                out.write(chunk)
+                bar.update(len(chunk))
             received = out.tell()
-        if total is not None and received != total:
-            raise ConnectionError(f"truncated download: received {received} of {total} bytes")
+    if total is not None and received != total:
+        raise ConnectionError(f"truncated download: received {received} of {total} bytes")
+    part.replace(dest)
+    return dest
 
 
 def archive_relative(name: str, top: str | None) -> tuple[str, str]:
@@ -377,8 +400,10 @@ def download_dataset(
     A complete ``root/<name>`` is returned as is unless ``force``; an incomplete one is never
     touched without ``force``. ``url`` replaces the GitHub archive (any URL urllib opens,
     including ``file://``). A complete archive left in ``root/.downloads`` is reused; it is
-    deleted after success unless ``keep_archive``. Raises DownloadError naming the URL and the
-    problem; then neither a partial folder nor a partial archive is left behind.
+    deleted after success unless ``keep_archive``; an interrupted fetch leaves its
+    ``.part``, which the next call continues (:func:`fetch`). Raises DownloadError naming the
+    URL and the problem; no partial dataset folder is ever left behind, and an archive whose
+    content is wrong is deleted.
     """
     source = get_source(source) if isinstance(source, str) else source
     root = Path(root).expanduser().absolute()
@@ -402,7 +427,7 @@ def download_dataset(
         if not archive.is_file():
             log.info("downloading %s from %s", source.name, url)
             try:
-                _fetch(url, archive, timeout)
+                fetch(url, archive, timeout)
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
                 raise DownloadError(
                     f"could not download {source.name!r} from {url}: {e}\n"
