@@ -20,12 +20,11 @@ from pathlib import Path
 
 from seg.cli import user_errors
 from seg.config import compose_config
-from seg.data import SOURCE_NAMES, VAL_SOURCE_NAMES, source_names
+from seg.data import source_names
 from seg.data.check import format_reports, scan_source
-from seg.data.coco_mini import NAME as MINI_NAME
-from seg.data.coco_mini import check_annotations
-from seg.data.download import SOURCES, resolve_data_root
-from seg.data.manifest import manifest_path, manifest_problems, read_manifest
+from seg.data.download import resolve_data_root
+from seg.data.manifest import manifest_path, read_manifest
+from seg.data.registry import DATASETS, Role
 from seg.fileio import write_text
 
 
@@ -43,9 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     overrides = [a for a in ns.args if "=" in a]
     names = [a for a in ns.args if "=" not in a]
-    if names == ["all"]:  # the sources fetched with download_data.py all that have masks
-        names = [n for n in SOURCES if n in SOURCE_NAMES or n in VAL_SOURCE_NAMES]
-        names.append(MINI_NAME)
+    if names == ["all"]:  # the datasets download_data.py all fetches that have masks
+        names = [
+            n
+            for n, d in DATASETS.items()
+            if d.fetcher is not None and not d.fetcher.on_request and d.role is not Role.negatives
+        ]
     if ns.verify:
         return verify(names, overrides)
     reports = []
@@ -64,15 +66,15 @@ def verify(names: list[str], overrides: list[str]) -> int:
     for name in names:
         cfg = compose_config([f"data={name}", *overrides]).data
         root = resolve_data_root(cfg.root)
-        for source in (s for s in source_names(cfg) if s in SOURCES or s == MINI_NAME):
-            digests = read_manifest(manifest_path(source))
-            problems = manifest_problems(root / source, digests)
-            if source == MINI_NAME:  # its annotation file is checked by its content
-                problems += check_annotations(root / source)
+        for source in source_names(cfg):
+            fetcher = DATASETS[source].fetcher
+            if fetcher is None:  # your own data: no manifest
+                continue
+            problems = fetcher.verify(root / source)
             failed |= bool(problems)
-            verdict = (
-                "; ".join(problems) or f"all {len(digests)} files match {manifest_path(source)}"
-            )
+            manifest = manifest_path(source)
+            count = len(read_manifest(manifest)) if manifest.is_file() else 0
+            verdict = "; ".join(problems) or f"all {count} files match {manifest}"
             print(f"{source} ({root / source}): {verdict}")
     return 1 if failed else 0
 

@@ -23,18 +23,14 @@ import logging
 import sys
 from pathlib import Path
 
-from seg.data.coco_download import NAME as COCO_NAME
-from seg.data.coco_download import download_coco_person
-from seg.data.coco_mini import NAME as MINI_NAME
-from seg.data.coco_mini import download_coco_mini_person
-from seg.data.download import (
-    SOURCES,
-    DownloadError,
-    download_dataset,
-    kept_files,
-    resolve_data_root,
-)
+from seg.data.download import DownloadError, FetchOptions, kept_files, resolve_data_root
 from seg.data.manifest import manifest_path, write_manifest
+from seg.data.registry import DATASETS, github_sources
+
+# What each name fetches: seg/data/registry.py. ``all``: those not fetched only on request.
+FETCHED = {n: d.fetcher for n, d in DATASETS.items() if d.fetcher is not None}
+EVERY = [n for n, f in FETCHED.items() if not f.on_request]
+ON_REQUEST = [n for n, f in FETCHED.items() if f.on_request]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,9 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "names",
         nargs="+",
-        choices=[*SOURCES, MINI_NAME, "all", COCO_NAME],
+        choices=[*FETCHED, "all"],
         metavar="NAME",
-        help=f"datasets to fetch: {', '.join([*SOURCES, MINI_NAME])}, all (those), or {COCO_NAME}",
+        help=f"datasets to fetch: {', '.join(EVERY)}, all (those), or {', '.join(ON_REQUEST)}",
     )
     parser.add_argument("--root", type=Path, help="data root (default: $SEG_DATA_DIR or data/)")
     parser.add_argument("--url", help="fetch from this URL (http(s):// or file://), one NAME only")
@@ -57,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--negatives-share",
         type=float,
         default=0.05,
-        help=f"{COCO_NAME}: share of COCO's photos without people kept beside those with people",
+        help="coco_person: share of COCO's photos without people kept beside those with people",
     )
     parser.add_argument(
         "--write-manifests",
@@ -65,14 +61,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="write the manifests from the copies at --root",
     )
     args = parser.parse_args(argv)
-    every = [*SOURCES, MINI_NAME]
-    args.names = every if "all" in args.names else list(dict.fromkeys(args.names))
+    args.names = EVERY if "all" in args.names else list(dict.fromkeys(args.names))
     if args.url and len(args.names) != 1:
         parser.error(f"--url needs exactly one NAME, got {args.names}")
-    if args.url and args.names[0] in (MINI_NAME, COCO_NAME):
+    archives = github_sources()
+    if args.url and args.names[0] not in archives:
         parser.error(f"--url replaces one archive; {args.names[0]} is fetched from several")
-    if args.write_manifests and MINI_NAME in args.names:
-        parser.error(f"--write-manifests: {MINI_NAME}'s manifest lists its photos (images/)")
+    if args.write_manifests and set(args.names) - set(archives):
+        parser.error(f"--write-manifests writes those of {', '.join(archives)}")
     return args
 
 
@@ -83,31 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_manifests:
         for name in args.names:
             path = manifest_path(name)
-            n = write_manifest(root / name, kept_files(SOURCES[name], root / name), path)
+            source = github_sources()[name]
+            n = write_manifest(root / name, kept_files(source, root / name), path)
             print(f"{path}: {n} files of {root / name}")
         return 0
     for name in args.names:
         try:
-            if name == COCO_NAME:
-                folder = download_coco_person(root, args.negatives_share, timeout=args.timeout)
-                print(f"{name}: {folder}")
-                continue
-            if name == MINI_NAME:
-                print(f"{name}: {download_coco_mini_person(root, timeout=args.timeout)}")
-                continue
-            folder = download_dataset(
-                name,
-                root,
-                url=args.url,
-                force=args.force,
-                timeout=args.timeout,
-                keep_archive=args.keep_archive,
+            options = FetchOptions(
+                args.url, args.force, args.timeout, args.keep_archive, args.negatives_share
             )
+            folder = FETCHED[name].fetch(root, options)
         except DownloadError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
-            print(f"interrupted; nothing of {name} was left half-done", file=sys.stderr)
+            print(f"interrupted: run the same command to continue {name}", file=sys.stderr)
             return 130
         print(f"{name}: {folder}")
     return 0

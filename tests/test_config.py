@@ -18,7 +18,6 @@ from seg.config import (
     BadSamplePolicy,
     Config,
     DataConfig,
-    DatasetName,
     EvalConfig,
     ExportConfig,
     MaskEncoding,
@@ -33,9 +32,11 @@ from seg.errors import ConfigError
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONFIG_DIR / "data").glob("*.yaml")))
-def test_every_data_config_composes(name: str) -> None:
+def test_every_data_config_composes_and_names_a_dataset_of_the_registry(name: str) -> None:
+    from seg.data.registry import DATASETS, MIX
+
     cfg = compose_config([f"data={name}"])
-    assert cfg.data.name is DatasetName(name)
+    assert cfg.data.name == name and name in [*DATASETS, MIX]
 
 
 def test_folder_options_are_typed() -> None:

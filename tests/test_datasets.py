@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName, compose_config
+from seg.config import AugConfig, BadSamplePolicy, DataConfig, compose_config
 from seg.data import (
     SegDataset,
     build_dataset,
@@ -116,7 +116,7 @@ def test_bad_train_sources_name_the_key_and_the_choices(name, train_sources) -> 
 
 
 def test_train_sources_of_a_single_dataset_may_name_it(data_env: Path) -> None:
-    cfg = DataConfig(name=DatasetName.vikram_human_seg, train_sources=["vikram_human_seg"])
+    cfg = DataConfig(name="vikram_human_seg", train_sources=["vikram_human_seg"])
     assert len(build_dataset(cfg, "train")) == 203
 
 
@@ -135,7 +135,7 @@ def test_data_root_wins_over_the_env_var_which_is_the_default(
     data_env: Path, tmp_path: Path
 ) -> None:
     """data.root on the command line beats an exported SEG_DATA_DIR (Hydra's convention)."""
-    assert len(build_dataset(DataConfig(name=DatasetName.vikram_human_seg), "test")) == 58
+    assert len(build_dataset(DataConfig(name="vikram_human_seg"), "test")) == 58
     given = compose_config(["data=vikram_human_seg", f"data.root={tmp_path / 'nowhere'}"]).data
     assert given.root == str(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="nowhere"):
@@ -144,7 +144,7 @@ def test_data_root_wins_over_the_env_var_which_is_the_default(
 
 def test_missing_dataset_without_download_says_what_to_do(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("SEG_DATA_DIR", raising=False)
-    cfg = DataConfig(name=DatasetName.ccp, root=str(tmp_path), download=False)
+    cfg = DataConfig(name="ccp", root=str(tmp_path), download=False)
     with pytest.raises(FileNotFoundError, match=r"download_data\.py ccp"):
         build_dataset(cfg, "train")
 

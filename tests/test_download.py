@@ -27,19 +27,17 @@ from seg.data import list_source
 from seg.data.coco_download import download_coco_person
 from seg.data.download import (
     MARKER,
-    SOURCES,
     DatasetNotFoundError,
     DownloadError,
     download_dataset,
-    ensure_dataset,
-    get_source,
-    is_present,
     kept_files,
     resolve_data_root,
 )
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest, sha256_file
+from seg.data.registry import DATASETS, dataset, dataset_folder, github_sources
 
 REPO = Path(__file__).resolve().parents[1]
+SOURCES = github_sources()  # the datasets fetched as one GitHub archive
 NAME = "vikram_human_seg"
 STEMS = ("1", "2", "3")
 WANTED = ["README.md"] + [f"Training_Images/{s}.jpg" for s in STEMS]
@@ -313,7 +311,7 @@ def test_unreachable_url_explains_manual_download(tmp_path):
     root = tmp_path / "data"
     source = SOURCES[NAME]
     with pytest.raises(DownloadError) as err:
-        download_dataset(NAME, root, url=f"http://127.0.0.1:{_closed_port()}/x.tar.gz", timeout=5)
+        download_dataset(source, root, url=f"http://127.0.0.1:{_closed_port()}/x.tar.gz", timeout=5)
     message = str(err.value)
     for needed in (source.url, source.repo, source.commit, str(root / NAME), "SEG_DATA_DIR"):
         assert needed in message, needed
@@ -440,19 +438,21 @@ def test_shared_copy_is_present(shared_datasets, monkeypatch):
     monkeypatch.setenv("SEG_DATA_DIR", str(shared_datasets))
     root = resolve_data_root(None)  # data.root not given: the environment's
     assert root == shared_datasets.absolute()
-    for name in SOURCES:
-        assert is_present(name, root), name
-        assert ensure_dataset(name, root, download=False) == root / name
+    for name, d in DATASETS.items():
+        if d.fetcher is None or d.fetcher.on_request:  # your own data; coco_person
+            continue
+        assert not d.fetcher.problems(root / name), name
+        assert dataset_folder(name, root, download=False) == root / name
 
 
 def test_subset_is_not_present(vikram_subset):
-    assert not is_present(NAME, vikram_subset.parent)
-    assert not is_present("ccp", vikram_subset.parent)
+    assert SOURCES[NAME].problems(vikram_subset.parent / NAME)
+    assert SOURCES["ccp"].problems(vikram_subset.parent / "ccp") == ["no such folder"]
 
 
-def test_ensure_dataset_without_download_says_what_to_do(tmp_path):
+def test_a_missing_dataset_without_download_says_what_to_do(tmp_path):
     with pytest.raises(DatasetNotFoundError) as err:
-        ensure_dataset("ccp", tmp_path, download=False)
+        dataset_folder("ccp", tmp_path, download=False)
     message = str(err.value)
     assert f"python scripts/download_data.py ccp --root {tmp_path}" in message
     assert SOURCES["ccp"].url in message and "SEG_DATA_DIR" in message
@@ -470,10 +470,9 @@ def test_resolve_data_root(monkeypatch, tmp_path):
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path):
-    with pytest.raises(ValueError, match="eg_portrait, ccp, vikram_human_seg"):
-        get_source("human_mix")
-    with pytest.raises(ValueError, match="unknown dataset 'folder'"):
-        download_dataset("folder", tmp_path)
+    with pytest.raises(ValueError, match=r"unknown dataset 'nope'; valid: \['eg_portrait', 'ccp'"):
+        dataset("nope")
+    assert dataset_folder("folder", tmp_path, download=False) == tmp_path  # your own data
 
 
 def test_source_table_matches_the_shared_copy(shared_datasets):

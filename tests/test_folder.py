@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from seg.config import BadSamplePolicy, DataConfig, DatasetName, FolderConfig, MaskEncoding
+from seg.config import BadSamplePolicy, DataConfig, FolderConfig, MaskEncoding
 from seg.data import BadSampleError, SegDataset, build_dataset
 from seg.data.folder import list_folder
 
@@ -99,6 +99,6 @@ def test_build_dataset_reads_folder_under_the_data_root(tmp_path: Path, monkeypa
     _write_pairs(tmp_path / "images", tmp_path / "masks", RAW[MaskEncoding.binary255], "{stem}.png",
                  n=10)  # fmt: skip
     monkeypatch.setenv("SEG_DATA_DIR", str(tmp_path))
-    cfg = DataConfig(name=DatasetName.folder, download=False)
+    cfg = DataConfig(name="folder", download=False)
     sizes = {s: len(build_dataset(cfg, s)) for s in ("train", "val", "test")}
     assert sizes == {"train": 7, "val": 1, "test": 2}

@@ -18,19 +18,6 @@ IGNORE_INDEX = 255  # mask value of unlabelled and padded pixels: never scored, 
 PERSON = 1  # class index of a person in masks and logits (0 is background)
 
 
-class DatasetName(str, Enum):
-    eg_portrait = "eg_portrait"
-    ccp = "ccp"
-    vikram_human_seg = "vikram_human_seg"
-    coco128_seg = "coco128_seg"  # validation and test only (no train split)
-    coco_person = "coco_person"  # COCO 2017's photos with people (download by name)
-    # 123 COCO photos with people, every person labelled (COCO's instances file): training only
-    coco_mini_person = "coco_mini_person"
-    coco = "coco"  # your own COCO instances file (data.coco)
-    folder = "folder"
-    human_mix = "human_mix"
-
-
 class BadSamplePolicy(str, Enum):
     error = "error"
     skip = "skip"
@@ -84,7 +71,10 @@ class CocoConfig:
 
 @dataclass
 class DataConfig:
-    name: DatasetName = DatasetName.human_mix
+    # A dataset of seg.data.registry (configs/data/<name>.yaml), or human_mix: the datasets of
+    # ``sources`` and ``val_sources`` together. An unknown name fails when the data is first
+    # listed, naming the valid ones.
+    name: str = "human_mix"
     # Where datasets live. null: $SEG_DATA_DIR, else data/ (relative to the working directory);
     # a value given here or on the command line wins over the environment variable.
     root: str | None = incidental(None)

@@ -2,8 +2,6 @@
 
 from seg.data.batching import PadCollate, pad_batch, pixel_batches, run_by_size, split_bad
 from seg.data.datasets import (
-    SOURCE_NAMES,
-    VAL_SOURCE_NAMES,
     SegDataset,
     build_dataset,
     build_eval_datasets,
@@ -19,8 +17,6 @@ from seg.data.loader import build_loader
 
 __all__ = [
     "IGNORE_INDEX",
-    "SOURCE_NAMES",
-    "VAL_SOURCE_NAMES",
     "BadSampleError",
     "PadCollate",
     "SegDataset",

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from seg.data.coco import COCO_PERSON, write_coco_person_masks
-from seg.data.download import MARKER, DownloadError, fetch
+from seg.data.download import MARKER, DownloadError, FetchOptions, fetch
 from seg.errors import ConfigError
 from seg.fileio import atomic_path
 from seg.locks import file_lock
@@ -133,3 +133,30 @@ def _fetch_split(
             tmp.write_bytes(response.read())
         fetched += 1
     return {**counts, "fetched": fetched}
+
+
+class CocoPerson:
+    """How ``coco_person`` is fetched (``seg.data.registry``): only when named, for its size."""
+
+    name = NAME
+    on_request = True
+
+    def problems(self, folder: Path) -> list[str]:
+        wanted = [folder / kind / "train2017" for kind in ("images", "masks")]
+        return [f"{p.relative_to(folder)}/ is missing" for p in wanted if not p.is_dir()]
+
+    def fetch(self, root: Path, options: FetchOptions | None = None) -> Path:
+        o = options or FetchOptions()
+        if o.url:
+            raise ConfigError(f"--url replaces one archive; {NAME} is fetched photo by photo")
+        return download_coco_person(root, o.negatives_share, timeout=o.timeout)
+
+    def verify(self, folder: Path) -> list[str]:
+        return self.problems(folder)  # no manifest: COCO's servers are the reference
+
+    def instructions(self, root: Path) -> str:
+        return (
+            f"{NAME} is large (COCO 2017's ~64k photos with people, about 11 GB) and fetched "
+            f"only on request: python scripts/download_data.py {NAME} --root {root} "
+            "(resumable; data/README.md)"
+        )

@@ -35,12 +35,13 @@ from seg.data.coco import COCO_PERSON, load_coco_instances
 from seg.data.download import (
     MARKER,
     DownloadError,
+    FetchOptions,
     archive_relative,
     fetch,
     swap_in,
 )
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
-from seg.errors import DataError
+from seg.errors import ConfigError, DataError
 from seg.locks import file_lock
 
 log = logging.getLogger(__name__)
@@ -168,21 +169,23 @@ def download_coco_mini_person(
     urls: Mapping[str, str] | None = None,
     timeout: float = 60,
     expected_digest: str | None = None,
+    force: bool = False,
 ) -> Path:
     """Fetch ``coco_mini_person`` into ``root`` (module docstring) and return its folder; a
-    complete one is returned as it is. ``urls``: ``{owner/name: archive URL}`` replacing
-    GitHub's archives (a mirror, a ``file://`` copy). Raises DownloadError naming what failed;
-    nothing half-done is left in ``root/coco_mini_person``."""
+    complete one is returned as it is (``force``: replaced once the new one is whole).
+    ``urls``: ``{owner/name: archive URL}`` replacing GitHub's archives (a mirror, a
+    ``file://`` copy). Raises DownloadError naming what failed; nothing half-done is left in
+    ``root/coco_mini_person``."""
     root = Path(root).expanduser().absolute()
     target = root / NAME
-    if (target / MARKER).is_file() or (target / ANNOTATIONS).is_file():
+    if not force and ((target / MARKER).is_file() or (target / ANNOTATIONS).is_file()):
         return target
     digests = read_manifest(manifest_path(NAME))
     names = photo_names(digests)
     cache = root / ".downloads"
     cache.mkdir(parents=True, exist_ok=True)
     with file_lock(cache / f"{NAME}.lock"):
-        if (target / ANNOTATIONS).is_file():  # another process just finished it
+        if not force and (target / ANNOTATIONS).is_file():  # another process finished it
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{NAME}.partial-", dir=root))
         try:
@@ -255,3 +258,31 @@ def check_annotations(folder: Path, expected: str | None = None) -> list[str]:
     if found != (expected or CONTENT_DIGEST):
         return [f"{ANNOTATIONS}: its content differs from the pinned annotations"]
     return []
+
+
+class CocoMiniPerson:
+    """How ``coco_mini_person`` is fetched and verified (``seg.data.registry``)."""
+
+    name = NAME
+    on_request = False
+
+    def problems(self, folder: Path) -> list[str]:
+        wanted = [folder / IMAGES, folder / ANNOTATIONS]
+        return [f"{p.relative_to(folder)} is missing" for p in wanted if not p.exists()]
+
+    def fetch(self, root: Path, options: FetchOptions | None = None) -> Path:
+        o = options or FetchOptions()
+        if o.url:
+            raise ConfigError(f"--url replaces one archive; {NAME} is assembled from two")
+        return download_coco_mini_person(root, timeout=o.timeout, force=o.force)
+
+    def verify(self, folder: Path) -> list[str]:
+        digests = read_manifest(manifest_path(NAME))
+        return manifest_problems(folder, digests) + check_annotations(folder)
+
+    def instructions(self, root: Path) -> str:
+        repos = ", ".join(f"{r.url}" for r in REPOSITORIES)
+        return (
+            f"To get {NAME!r}: run python scripts/download_data.py {NAME} --root {root} (it "
+            f"fetches {repos}), or set SEG_DATA_DIR (or data.root) to a folder holding a copy"
+        )

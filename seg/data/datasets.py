@@ -10,20 +10,15 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from seg.config import AugConfig, BadSamplePolicy, DataConfig, DatasetName, MaskEncoding
+from seg.config import AugConfig, BadSamplePolicy, DataConfig, MaskEncoding
 from seg.data.coco import (
-    list_coco128,
-    list_coco_instances,
-    list_coco_person,
     list_negatives,
     read_coco_instances,
     read_coco_mask,
     read_yolo_instances,
     read_yolo_mask,
 )
-from seg.data.coco_mini import ANNOTATIONS, IMAGES, download_coco_mini_person
-from seg.data.download import DatasetNotFoundError, ensure_dataset, resolve_data_root
-from seg.data.folder import list_folder, under_root
+from seg.data.download import resolve_data_root
 from seg.data.io import (
     IGNORE_INDEX,
     BadSampleError,
@@ -32,19 +27,13 @@ from seg.data.io import (
     read_image,
     read_mask_array,
 )
-from seg.data.listing import SPLITS, Listing, SampleRef, list_ccp, list_eg_portrait, list_vikram
+from seg.data.listing import SPLITS, Listing, SampleRef
+from seg.data.registry import DATASETS, MIX, Role, dataset, list_dataset, names_with_role
 from seg.data.transforms import build_train_transform
 from seg.errors import ConfigError, DataError, MissingFileError
 from seg.fileio import write_text
 
 log = logging.getLogger(__name__)
-
-# Training sources of human_mix (data.sources); coco_person is fetched only by name (its size);
-# coco is the COCO instances file that data.coco names.
-SOURCE_NAMES = ("eg_portrait", "ccp", "vikram_human_seg", "coco_person", "coco_mini_person", "coco")
-VAL_SOURCE_NAMES = ("coco128_seg",)  # sources that are only ever validated and tested
-COCO_MINI_PERSON = (IMAGES, ANNOTATIONS)  # its layout
-NEGATIVES = "imagenet_negatives"  # the photos without people that data.negatives names
 
 Transform = Callable[..., dict]
 
@@ -142,85 +131,29 @@ def read_instances(ref: SampleRef, size_hw: tuple[int, int]) -> list[np.ndarray]
 
 
 def list_source(cfg: DataConfig, name: str) -> Listing:
-    """List one real source (or the ``folder`` dataset) under the configured data root.
-
-    A missing real dataset is downloaded when ``cfg.download`` is true.
-    """
-    root = resolve_data_root(cfg.root)
-    policy = BadSamplePolicy(cfg.on_bad_sample)
-    if name == DatasetName.folder.value:
-        return list_folder(root, cfg.folder, cfg.val_fraction, cfg.test_fraction, policy)
-    valid = [*SOURCE_NAMES, *VAL_SOURCE_NAMES]
-    if name not in valid:
-        raise ConfigError(f"unknown dataset source {name!r}; valid: {[*valid, 'folder']}")
-    if name == "coco_person":
-        return list_coco_person(coco_person_folder(root), policy)
-    if name == "coco":
-        images = under_root(root, cfg.coco.images)
-        annotations = under_root(root, cfg.coco.annotations)
-        fractions = None if cfg.coco.train_only else (cfg.val_fraction, cfg.test_fraction)
-        return list_coco_instances(images, annotations, "coco", fractions, policy)
-    if name == "coco_mini_person":
-        folder = coco_mini_person_folder(root, cfg.download)
-        images, annotations = (folder / part for part in COCO_MINI_PERSON)
-        return list_coco_instances(images, annotations, name, None, policy)
-    folder = ensure_dataset(name, root, cfg.download)
-    if name == "coco128_seg":
-        return list_coco128(folder, policy)
-    if name == "eg_portrait":
-        return list_eg_portrait(folder, cfg.val_fraction, policy)
-    if name == "ccp":
-        return list_ccp(folder, cfg.val_fraction, cfg.test_fraction, policy)
-    return list_vikram(folder, cfg.val_fraction, cfg.test_fraction, policy)
+    """List one dataset (a source of human_mix, or ``data.name``'s own) under the configured
+    data root; a missing one is downloaded when ``cfg.download`` is true
+    (``seg.data.registry``)."""
+    return list_dataset(cfg, name)
 
 
 def train_only(cfg: DataConfig, name: str) -> bool:
     """Whether source ``name`` is training material only (no val or test split to report)."""
-    return name == "coco_mini_person" or (name == "coco" and cfg.coco.train_only)
-
-
-def coco_mini_person_folder(root: Path, download: bool) -> Path:
-    """``root/coco_mini_person`` (a copy with its photos and annotation file), fetched when
-    missing and ``download`` is on (``seg.data.coco_mini``)."""
-    folder = root / "coco_mini_person"
-    if all((folder / part).exists() for part in COCO_MINI_PERSON):
-        return folder
-    if download:
-        return download_coco_mini_person(root)
-    raise DatasetNotFoundError(
-        f"dataset 'coco_mini_person' not found in {folder} (expected {COCO_MINI_PERSON[0]}/ and "
-        f"{COCO_MINI_PERSON[1]}) and downloading is off (data.download=false): run python "
-        f"scripts/download_data.py coco_mini_person --root {root}, or point SEG_DATA_DIR (or "
-        "data.root) at a folder that holds a copy"
-    )
-
-
-def coco_person_folder(root: Path) -> Path:
-    """``root/coco_person`` if it holds the layout of ``seg.data.coco_download``; it is not
-    fetched on its own (about 11 GB): the error says how."""
-    folder = root / "coco_person"
-    if not all((folder / kind / "train2017").is_dir() for kind in ("images", "masks")):
-        raise DatasetNotFoundError(
-            f"dataset 'coco_person' not found in {folder} (expected images/train2017/ and "
-            "masks/train2017/). It is large (COCO 2017's ~64k photos with people, about 11 "
-            f"GB) and fetched only on request: python scripts/download_data.py coco_person "
-            f"--root {root} (resumable; data/README.md)"
-        )
-    return folder
+    return dataset(name).role_of(cfg) is Role.train_only
 
 
 def list_negatives_of(cfg: DataConfig) -> Listing:
     """The photos without people that ``data.negatives`` names: the ``imagenet_negatives``
     dataset (fetched when missing and ``data.download`` is on), or a folder of photos
     (relative to the data root, or absolute)."""
-    root = resolve_data_root(cfg.root)
-    if cfg.negatives == NEGATIVES:
-        return list_negatives(ensure_dataset(NEGATIVES, root, cfg.download) / "images", NEGATIVES)
-    folder = root / Path(cfg.negatives).expanduser()  # an absolute path replaces the root
+    negatives = names_with_role(Role.negatives)
+    if cfg.negatives in negatives:
+        return list_dataset(cfg, cfg.negatives)
+    folder = resolve_data_root(cfg.root) / Path(cfg.negatives).expanduser()  # absolute wins
     if not folder.is_dir():
         raise MissingFileError(
-            f"data.negatives={cfg.negatives!r}: no folder {folder}; expected {NEGATIVES!r} or a "
-            "folder of photos without people"
+            f"data.negatives={cfg.negatives!r}: no folder {folder}; expected one of {negatives} "
+            "or a folder of photos without people"
         )
     return list_negatives(folder)
 
@@ -279,24 +212,26 @@ def source_names(cfg: DataConfig) -> list[str]:
     Validation and test report each of them; ``data.train_sources`` is checked here too, so a
     bad name fails whichever split is built first.
     """
-    name = DatasetName(cfg.name).value
-    if name != DatasetName.human_mix.value:
+    name = str(getattr(cfg.name, "value", cfg.name))
+    extra: list[str] = []
+    if name != MIX:
+        dataset(name)  # an unknown name: the error lists the valid ones
         names = [name]
     elif not cfg.sources:
         raise ConfigError("data.sources is empty; human_mix needs at least one source")
     else:
-        unknown = [s for s in cfg.sources if s not in SOURCE_NAMES]
+        trainable = names_with_role(Role.train, Role.train_only)
+        unknown = [s for s in cfg.sources if s not in trainable]
         if unknown:
-            raise ConfigError(
-                f"data.sources has unknown names {unknown}; valid: {list(SOURCE_NAMES)}"
-            )
+            raise ConfigError(f"data.sources has unknown names {unknown}; valid: {trainable}")
         names = list(cfg.sources)
         extra = list(cfg.val_sources or [])
-        if [s for s in extra if s not in VAL_SOURCE_NAMES] or len(set(extra)) < len(extra):
+        validation = names_with_role(Role.validation)
+        if [s for s in extra if s not in validation] or len(set(extra)) < len(extra):
             raise ConfigError(
-                f"data.val_sources={extra} must name each of {list(VAL_SOURCE_NAMES)} at most "
-                "once ([] for none); to validate a training source without training on it, "
-                "use data.train_sources"
+                f"data.val_sources={extra} must name each of {validation} at most once ([] "
+                "for none); to validate a training source without training on it, use "
+                "data.train_sources"
             )
     chosen = None if cfg.train_sources is None else list(cfg.train_sources)
     if chosen is not None and (
@@ -306,14 +241,14 @@ def source_names(cfg: DataConfig) -> list[str]:
             f"data.train_sources={chosen} must name each source once, one or more of {names} "
             f"(data.sources for human_mix), or be null for all of them"
         )
-    return names if name != DatasetName.human_mix.value else names + extra
+    return names + extra
 
 
 def train_source_names(cfg: DataConfig) -> list[str]:
     """The sources whose train splits are joined: ``data.train_sources`` (in the order of
     ``data.sources``), or all of ``source_names(cfg)`` but ``data.val_sources`` when it is
     null."""
-    names = [n for n in source_names(cfg) if n not in VAL_SOURCE_NAMES]
+    names = [n for n in source_names(cfg) if DATASETS[n].role is not Role.validation]
     return names if cfg.train_sources is None else [n for n in names if n in cfg.train_sources]
 
 
@@ -377,8 +312,6 @@ def save_splits(cfg: DataConfig, out_dir: Path) -> list[Path]:
 
 __all__ = [
     "IGNORE_INDEX",
-    "SOURCE_NAMES",
-    "VAL_SOURCE_NAMES",
     "SegDataset",
     "build_dataset",
     "build_eval_datasets",

@@ -32,7 +32,7 @@ from types import MappingProxyType
 from tqdm import tqdm
 
 from seg.data.manifest import manifest_path, manifest_problems, read_manifest
-from seg.errors import ConfigError, MissingFileError, UserError
+from seg.errors import MissingFileError, UserError
 from seg.locks import file_lock
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,20 @@ class DownloadError(UserError, RuntimeError):
 
 class DatasetNotFoundError(MissingFileError):
     """A dataset is missing and downloading is switched off."""
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    """How ``scripts/download_data.py`` fetches: ``url`` replaces a dataset's one archive
+    (any URL urllib opens, ``file://`` included); ``force`` replaces an existing folder;
+    ``keep_archive`` keeps ``root/.downloads/*.tar.gz``; ``negatives_share``: coco_person's
+    share of COCO's photos without people."""
+
+    url: str | None = None
+    force: bool = False
+    timeout: float = 60.0
+    keep_archive: bool = False
+    negatives_share: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,24 @@ class DatasetSource:
         """The archive's top folder, ``{repo}-{commit}``."""
         return f"{self.repo.split('/')[-1]}-{self.commit}"
 
+    on_request = False  # fetched by ``download_data.py all`` and when missing
+
+    def problems(self, folder: Path) -> list[str]:
+        """What ``folder`` lacks of the published layout (empty: the dataset is there)."""
+        return layout_problems(self, folder) if folder.is_dir() else ["no such folder"]
+
+    def fetch(self, root: Path, options: FetchOptions | None = None) -> Path:
+        """Download into ``root/<name>`` (:func:`download_dataset`)."""
+        o = options or FetchOptions()
+        return download_dataset(self, root, o.url, o.force, o.timeout, o.keep_archive)
+
+    def verify(self, folder: Path) -> list[str]:
+        """Every kept file of a copy against the manifest (empty: all match)."""
+        return manifest_problems(folder, self.expected_digests())
+
+    def instructions(self, root: Path) -> str:
+        return manual_instructions(self, root)
+
     def expected_digests(self) -> Mapping[str, str]:
         """``digests``, or the shipped manifest of ``name``."""
         return self.digests if self.digests is not None else read_manifest(manifest_path(self.name))
@@ -114,87 +146,10 @@ class DatasetSource:
         return False
 
 
-SOURCES: dict[str, DatasetSource] = {
-    s.name: s
-    for s in (
-        DatasetSource(
-            name="eg_portrait",
-            repo="bio-punk/AutoPortraitMatting",
-            commit="5c89932069955ccf18a81ba824e466f8135aced4",
-            members=(
-                "README*",
-                "LICENSE*",
-                "data/alldata_urls.txt",
-                "data/trainlist.mat",
-                "data/testlist.mat",
-                "data/images_data_crop/*.jpg",
-                "data/images_mask/*.mat",
-            ),
-            counts={"data/images_data_crop": 1605, "data/images_mask": 1887},
-            required=("data/trainlist.mat", "data/testlist.mat"),
-            note="the uncropped originals (data/images_data/) and the other folders are not used",
-        ),
-        DatasetSource(
-            name="ccp",
-            repo="bearpaw/clothing-co-parsing",
-            commit="fe34fb77721a9973fbae92c05f7f12b664d10110",
-            members=(
-                "README*",
-                "LICENSE*",
-                "label_list.mat",
-                "photos/0[0-9][0-9][0-9].jpg",
-                "photos/100[0-4].jpg",
-                "annotations/pixel-level/*.mat",
-            ),
-            counts={"photos": 1004, "annotations/pixel-level": 1004},
-            required=("label_list.mat",),
-            note="keep only photos/0001.jpg .. 1004.jpg (the photos with pixel-level labels)",
-        ),
-        DatasetSource(
-            name="vikram_human_seg",
-            repo="VikramShenoy97/Human-Segmentation-Dataset",
-            commit="fe4efc56003005a58b7d2449aa563a20e3861e24",
-            members=("README*", "Training_Images/*.jpg", "Ground_Truth/*.png"),
-            counts={"Training_Images": 290, "Ground_Truth": 290},
-        ),
-        DatasetSource(
-            name="coco128_seg",
-            repo="Goodccccl/yolov8_python",
-            commit="0f2dcc3495e32245968452037ee54595d3af69f7",
-            folder="coco128-seg",
-            members=("README*", "LICENSE*", "images/train2017/*.jpg", "labels/train2017/*.txt"),
-            counts={"images/train2017": 128, "labels/train2017": 128},
-            note="only its coco128-seg/ folder (Ultralytics' coco128-seg.zip holds the same)",
-        ),
-        DatasetSource(
-            name="imagenet_negatives",
-            repo="EliSchwartz/imagenet-sample-images",
-            commit="bc69043e2862758a1906c6a24a792bb28c6bb2ff",
-            into="images",
-            members=("images/*.JPEG",),
-            counts={"images": 442},
-            only_manifest=True,
-            note="only the 442 photos without people that seg/data/manifests/"
-            "imagenet_negatives.sha256 names, into images/",
-        ),
-    )
-}
-
-
 def kept_files(source: DatasetSource, folder: Path) -> list[str]:
     """The files of a copy in ``folder`` that ``source`` keeps (posix paths relative to it)."""
     rels = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     return sorted(rel for rel in rels if source.wants(rel))
-
-
-def get_source(name: str) -> DatasetSource:
-    """Look a downloadable dataset up by name; the error lists the valid names."""
-    try:
-        return SOURCES[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown dataset {name!r}; downloadable datasets: {', '.join(SOURCES)}"
-        ) from None
 
 
 def _count_files(folder: Path) -> int:
@@ -213,15 +168,6 @@ def layout_problems(source: DatasetSource, folder: Path, exact: bool = False) ->
             problems.append(f"{rel}/ has {found} files, expected {expected}")
     problems += [f"{rel} is missing" for rel in source.required if not (folder / rel).is_file()]
     return problems
-
-
-def is_present(name: str, root: Path) -> bool:
-    """Whether ``root/name`` holds the published layout with at least the expected file counts.
-
-    A local copy without a download marker (e.g. a shared read-only copy) counts as present.
-    """
-    folder = Path(root) / name
-    return folder.is_dir() and not layout_problems(get_source(name), folder)
 
 
 def manual_instructions(source: DatasetSource, root: Path) -> str:
@@ -388,7 +334,7 @@ def _unpack(source: DatasetSource, archive: Path, root: Path, url: str) -> None:
 
 
 def download_dataset(
-    source: DatasetSource | str,
+    source: DatasetSource,
     root: Path,
     url: str | None = None,
     force: bool = False,
@@ -405,7 +351,6 @@ def download_dataset(
     URL and the problem; no partial dataset folder is ever left behind, and an archive whose
     content is wrong is deleted.
     """
-    source = get_source(source) if isinstance(source, str) else source
     root = Path(root).expanduser().absolute()
     target, url = root / source.name, url or source.url
     if target.exists() and not force:
@@ -419,7 +364,7 @@ def download_dataset(
     cache = root / ".downloads"
     cache.mkdir(parents=True, exist_ok=True)
     with file_lock(cache / f"{source.name}.lock"):  # e.g. the ranks of a DDP job
-        if not force and is_present(source.name, root):  # another process just finished it
+        if not force and not layout_problems(source, target):  # another process finished it
             return target
         for stale in root.glob(f".{source.name}.partial-*"):  # left by a killed process
             shutil.rmtree(stale, ignore_errors=True)
@@ -438,19 +383,3 @@ def download_dataset(
             archive.unlink(missing_ok=True)
     log.info("%s is ready in %s", source.name, target)
     return target
-
-
-def ensure_dataset(name: str, root: Path, download: bool) -> Path:
-    """Return ``root/name`` if the dataset is there; else download it if allowed; else raise
-    DatasetNotFoundError explaining how to get it."""
-    source = get_source(name)
-    target = Path(root) / name
-    if is_present(name, root):
-        return target
-    if download:
-        return download_dataset(source, Path(root))
-    found = "; ".join(layout_problems(source, target)) if target.is_dir() else "no such folder"
-    raise DatasetNotFoundError(
-        f"dataset {name!r} not found in {target} ({found}) and downloading is off "
-        f"(data.download=false).\n" + manual_instructions(source, Path(root))
-    )

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from seg import distributed as du
 from seg.checkpoint import checkpoint_file
-from seg.config import Config, DataConfig, DatasetName, EvalConfig, InferencePrecision
+from seg.config import Config, DataConfig, EvalConfig, InferencePrecision
 from seg.data import split_bad
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
@@ -281,7 +281,7 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     cfg = dataclasses.replace(cfg, checkpoint=str(checkpoint_file(cfg.checkpoint)))  # a run dir
     started = time.perf_counter()
     model, train_cfg, data_cfg = _setup(cfg)
-    data_name = DatasetName(data_cfg.name).value
+    data_name = str(data_cfg.name)
     out_dir = Path(cfg.out) if cfg.out else default_out_dir(cfg.checkpoint, data_name, cfg.split)
     items = list_items(data_cfg, cfg.split, cfg.max_images)
     predictor = predictor_from_options(model, train_cfg, cfg)
