@@ -102,7 +102,7 @@ def run_card(checkpoint: Path) -> str:
     )
     lines = [
         f"**{checkpoint.name}** of `{checkpoint.parent}`",
-        f"- model: {cfg.model.name.value}" + (f" [{columns}]" if cfg.model.columns else ""),
+        f"- model: {cfg.model.name}" + (f" [{columns}]" if cfg.model.columns else ""),
         f"- trained: epoch {ckpt.get('epoch', '?')}, step {ckpt.get('step', '?')} of "
         f"{cfg.trainer.epochs} epochs on {', '.join(cfg.data.sources)}"
         + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else ""),

@@ -44,7 +44,7 @@ from seg.config.evaluate import (
 )
 from seg.config.export import ExportConfig
 from seg.config.fields import flatten_config, incidental
-from seg.config.model import ColumnConfig, ModelConfig, ModelName, UNetConfig
+from seg.config.model import ColumnConfig, ModelConfig, UNetConfig
 from seg.config.predict import (
     AlphaMode,
     OutputKind,
@@ -89,7 +89,6 @@ __all__ = [
     "LossConfig",
     "MaskEncoding",
     "ModelConfig",
-    "ModelName",
     "OptimConfig",
     "OptimizerName",
     "OutputKind",

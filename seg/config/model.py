@@ -15,18 +15,8 @@ A description says what the model is, not where it runs: placement is the caller
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from seg.errors import ConfigError
-
-
-class ModelName(str, Enum):
-    # seg/models/multicolumn.py: configs dual_channel, single_column, multi_column
-    multicolumn = "multicolumn"
-    unet = "unet"  # seg/models/unet.py
-    lraspp_mobilenet_v3_large = "lraspp_mobilenet_v3_large"  # torchvision baselines
-    deeplabv3_mobilenet_v3_large = "deeplabv3_mobilenet_v3_large"
-    fcn_resnet50 = "fcn_resnet50"
 
 
 @dataclass
@@ -70,7 +60,11 @@ DECODER_STRIDES = (2, 4)
 
 @dataclass
 class ModelConfig:
-    name: ModelName = ModelName.multicolumn
+    # A family of seg.models.build.MODELS: multicolumn (configs dual_channel, single_column,
+    # multi_column, dual_channel_pretrained), unet, or a torchvision baseline
+    # (lraspp_mobilenet_v3_large, deeplabv3_mobilenet_v3_large, fcn_resnet50). An unknown name
+    # fails when the model is built, naming the valid ones.
+    name: str = "multicolumn"
     num_classes: int = 2
     columns: list[ColumnConfig] = field(default_factory=lambda: [ColumnConfig()])
     # After each of these stages (0-based, not the last one) every column's next stage also

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from seg.config import ModelConfig, ModelName
+from seg.config import ModelConfig
 from seg.errors import ConfigError
 from seg.models.backbones import (
     BACKBONES,
@@ -58,7 +58,7 @@ def _unet(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
 
 def _torchvision(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
     net = build_torchvision_net(
-        ModelName(cfg.name).value, cfg.num_classes, cfg.aux_heads, pretrained
+        str(cfg.name), cfg.num_classes, cfg.aux_heads, pretrained
     )
     return TorchvisionSegNet(net, channels_last=cfg.channels_last)
 
@@ -77,7 +77,7 @@ def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
     (no pretrained weights: any normalisation trains)."""
     if not cfg.pretrained:
         return None
-    if cfg.name != ModelName.multicolumn:
+    if cfg.name != "multicolumn":
         return IMAGENET_MEAN, IMAGENET_STD  # torchvision's ImageNet weights
     backbones = [backbone_spec(c.backbone) for c in cfg.columns if c.backbone]
     specs = {(spec.mean, spec.std) for spec in backbones}
@@ -91,7 +91,7 @@ def input_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
 
 def num_columns(cfg: ModelConfig) -> int:
     """How many columns (devices for ``model.place``) the model of ``cfg`` has."""
-    return len(cfg.columns) if cfg.name == ModelName.multicolumn else 1
+    return len(cfg.columns) if cfg.name == "multicolumn" else 1
 
 
 def build_model(cfg: ModelConfig, pretrained: bool | None = None) -> SegmentationModel:
@@ -102,9 +102,9 @@ def build_model(cfg: ModelConfig, pretrained: bool | None = None) -> Segmentatio
     downloaded). Returns a module with ``forward(x) -> {"out": (B,K,H,W), "aux": [...]}``.
     Raises ``ValueError`` naming the bad value for an unknown name or an inconsistent layout.
     """
-    if cfg.name not in set(ModelName):  # a plain dataclass, not composed through the schema
-        raise ConfigError(f"unknown model.name {cfg.name!r}; valid names: {sorted(MODELS)}")
-    name = ModelName(cfg.name).value
+    name = str(getattr(cfg.name, "value", cfg.name))
+    if name not in MODELS:
+        raise ConfigError(f"unknown model.name {name!r}; valid names: {sorted(MODELS)}")
     if cfg.num_classes < 1:
         raise ConfigError(f"model.num_classes must be >= 1, got {cfg.num_classes}")
     if cfg.pretrained and name == "unet":
