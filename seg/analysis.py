@@ -21,7 +21,8 @@ from typing import Any
 from seg.config import TARGET_PIXEL_ACC, to_config
 from seg.errors import ConfigError, DataError, MissingFileError
 from seg.evaluation.report import CSV_COLUMNS, meets_target
-from seg.evaluation.selection import TRAIN_SOURCES
+from seg.metrics.keys import metric_key, metric_sources
+from seg.runs import RunLayout
 
 try:
     import matplotlib.pyplot as plt
@@ -58,7 +59,8 @@ def load_scalars(run_dir: str | Path) -> pd.DataFrame:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = Path(run_dir)
-    tb = run_dir / "tb" if (run_dir / "tb").is_dir() else run_dir
+    tb = RunLayout(run_dir).tensorboard
+    tb = tb if tb.is_dir() else run_dir
     acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})  # 0: keep every point
     acc.Reload()
     rows = [
@@ -73,7 +75,7 @@ def load_jsonl(path: str | Path) -> pd.DataFrame:
     """``metrics.jsonl`` (a file or the run directory holding it) as one row per step (lines of
     the same step merged), one column per scalar; indexed by ``step``."""
     path = Path(path)
-    path = path / "metrics.jsonl" if path.is_dir() else path
+    path = RunLayout(path).metrics_log if path.is_dir() else path
     if not path.is_file():
         raise MissingFileError(f"{path}: no such file (a training run writes metrics.jsonl)")
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -115,7 +117,8 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
     from omegaconf import OmegaConf
 
     path = Path(run_dir).expanduser()
-    cfg_path = path / "config.yaml"
+    run = RunLayout(path)
+    cfg_path = run.config
     if not cfg_path.is_file():
         raise MissingFileError(
             f"{path} is not a training run directory: no config.yaml in it (expected the "
@@ -126,8 +129,8 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
         path=path,
         label=label or "/".join(path.absolute().parts[-2:]),
         config=config,  # type: ignore[arg-type]
-        info=_read_json(path / "run_info.json"),
-        final=_read_json(path / "metrics.json"),
+        info=_read_json(run.info),
+        final=_read_json(run.metrics),
         history=load_history(path),
     )
 
@@ -168,8 +171,7 @@ def model_summary(run: Run, compute: bool = True) -> dict[str, Any] | None:
 def sources(final: dict[str, Any]) -> list[str]:
     """The sources of a run's validation metrics (keys ``val/<source>/<metric>``; not the
     training-sources sum of a leave-one-out run, ``val/train_sources/<metric>``)."""
-    names = {k.split("/")[1] for k in final if k.startswith("val/") and k.count("/") == 2}
-    return sorted(names - {TRAIN_SOURCES})
+    return metric_sources(final)
 
 
 def throughput(run: Run) -> float:
@@ -200,7 +202,7 @@ def runs_table(
             "target_wall_time_s": _num(reached, "wall_time_s"),
             "img_per_s": throughput(run),
         }
-        row.update({m: _num(f, f"val/{m}") for m in metrics})
+        row.update({m: _num(f, metric_key(m)) for m in metrics})
         if with_model:
             summary = model_summary(run) or {}
             batch = (summary.get("input_size") or [1])[0]
@@ -215,7 +217,7 @@ def per_source_table(
 ) -> pd.DataFrame:
     """Final validation metrics per (run, source), rows indexed by both."""
     rows = [
-        {"run": r.label, "source": s, **{m: _num(r.final, f"val/{s}/{m}") for m in metrics}}
+        {"run": r.label, "source": s, **{m: _num(r.final, metric_key(m, s)) for m in metrics}}
         for r in runs
         for s in sources(r.final)
     ]
@@ -274,7 +276,9 @@ def resolve_eval_dir(path: str | Path) -> Path:
     path = Path(path).expanduser()
     if (path / "per_image.csv").is_file():
         return path
-    found = sorted((path / "eval").glob("*/per_image.csv"), key=lambda p: p.stat().st_mtime)
+    found = sorted(
+        RunLayout(path).evaluations.glob("*/per_image.csv"), key=lambda p: p.stat().st_mtime
+    )
     if not found:
         raise FileNotFoundError(
             f"{path}: no per_image.csv in it nor in {path / 'eval'}/*/; "

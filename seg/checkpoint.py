@@ -25,7 +25,9 @@ from seg.config import Config, to_config
 from seg.config.compose import RETIRED_KEYS
 from seg.errors import UserError
 from seg.fileio import atomic_path
+from seg.metrics.keys import TRAIN_SOURCES, MetricKey, parse_metric_key
 from seg.models import build_model
+from seg.runs import BEST, RunLayout
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -100,14 +102,14 @@ class _RememberedErrors:
         self.f.flush()
 
 
-def checkpoint_file(path: str | Path, name: str = "best.pt") -> Path:
+def checkpoint_file(path: str | Path, name: str = BEST) -> Path:
     """The checkpoint that ``path`` names: a file as it is; a run folder: its
     ``checkpoints/<name>``; a ``checkpoints/`` folder: its ``<name>``. A folder without it
     raises :class:`CheckpointError` listing the checkpoints it has."""
     path = Path(path).expanduser()
     if not path.is_dir():
         return path
-    for candidate in (path / "checkpoints" / name, path / name):
+    for candidate in (RunLayout(path).checkpoints / name, path / name):
         if candidate.is_file():
             return candidate
     found = [*path.glob("*.pt"), *path.glob("checkpoints/*.pt")]
@@ -213,9 +215,13 @@ def _selection_of(best_of: Any, config: dict[str, Any]) -> dict[str, Any] | None
         return best_of
     if isinstance(best_of, str):
         key, _, sources = best_of.partition(" over ")
-        held_out = key.startswith("val/train_sources/")
-        metric = key.rsplit("/", 1)[-1]
-        return {"metric": metric, "sources": sorted(sources.split(",")), "held_out": held_out}
+        parsed = parse_metric_key(key) or MetricKey(key.rsplit("/", 1)[-1])
+        held_out = parsed.source == TRAIN_SOURCES
+        return {
+            "metric": parsed.metric,
+            "sources": sorted(sources.split(",")),
+            "held_out": held_out,
+        }
     data, trainer = config.get("data", {}), config.get("trainer", {})
     if "best_metric" not in trainer:
         return None

@@ -51,6 +51,8 @@ from seg.inference.prediction import Cancelled, OutputSpec, predict_video
 from seg.inference.predictor import Prediction, Predictor, build_predictor
 from seg.inference.refine import build_refiner
 from seg.inference.render import Background, RenderOptions, render
+from seg.metrics.keys import metric_key, metric_sources
+from seg.runs import CHECKPOINTS
 from seg.signals import StopSignals
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,7 @@ def find_runs(path: str | Path) -> dict[str, Path]:
     if not root.exists():
         raise MissingFileError(f"checkpoint={path}: no such file or folder")
     if root.is_file():
-        run = root.parent.parent if root.parent.name == "checkpoints" else root.parent
+        run = root.parent.parent if root.parent.name == CHECKPOINTS else root.parent
         return {f"{run.name}/{root.name}": root}
     try:
         return {root.name: checkpoint_file(root)}
@@ -108,15 +110,14 @@ def run_card(checkpoint: Path) -> str:
         + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else ""),
         f"- evaluated at {cfg.aug.eval_size[0]}x{cfg.aug.eval_size[1]} (long x short side)",
     ]
-    sources = sorted({k.split("/")[1] for k in metrics if k.count("/") == 2} - {"train_sources"})
+    sources = metric_sources(metrics)
     if sources:
         lines += ["", "| validation | pixel acc | person IoU | empty px |", "|---|---|---|---|"]
         for source in [*sources, None]:
-            prefix = f"val/{source}/" if source else "val/"
-            empty = metrics.get(prefix + "empty_person_share")
+            empty = metrics.get(metric_key("empty_person_share", source))
             lines.append(
-                f"| {source or 'all'} | {_pct(metrics.get(prefix + 'pixel_acc'))} | "
-                f"{_pct(metrics.get(prefix + 'iou_person'))} | {_pct(empty)} |"
+                f"| {source or 'all'} | {_pct(metrics.get(metric_key('pixel_acc', source)))} | "
+                f"{_pct(metrics.get(metric_key('iou_person', source)))} | {_pct(empty)} |"
             )
     return "\n".join(lines)
 

@@ -524,3 +524,19 @@ def test_person_sizes_split_recall_and_iou_the_way_coco_sizes_people() -> None:
     nobody = SizeSplit()
     nobody.update(pred, [])
     assert nobody.counts.sum() == 0
+
+
+def test_metric_keys_are_built_and_read_by_one_pair_of_functions() -> None:
+    from seg.metrics.keys import TRAIN_SOURCES, MetricKey, metric_key, metric_sources
+    from seg.metrics.keys import parse_metric_key as parse
+
+    assert metric_key("iou_person") == "val/iou_person"
+    assert metric_key("iou_person", "ccp") == "val/ccp/iou_person"
+    for key in ("val/iou_person", "val/ccp/iou_person", f"val/{TRAIN_SOURCES}/pixel_acc"):
+        parsed = parse(key)
+        assert parsed is not None and str(parsed) == key
+    assert parse("val/ccp/iou_person") == MetricKey("iou_person", "ccp")
+    assert not parse(f"val/{TRAIN_SOURCES}/miou").per_source and parse("val/a/b").per_source
+    assert [parse(k) for k in ("train/loss", "confusion/all", "val//x", "val/a/b/c")] == [None] * 4
+    keys = ["val/miou", "val/ccp/miou", "val/eg/miou", f"val/{TRAIN_SOURCES}/miou", "step"]
+    assert metric_sources(keys) == ["ccp", "eg"]

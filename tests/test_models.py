@@ -394,9 +394,7 @@ def test_pretrained_without_network_fails_clearly(monkeypatch, tmp_path):
         raise urllib.error.URLError("no network in tests")
 
     monkeypatch.setattr(torch.hub, "download_url_to_file", no_network)
-    cfg = dataclasses.replace(
-        ModelConfig(name="lraspp_mobilenet_v3_large"), pretrained=True
-    )
+    cfg = dataclasses.replace(ModelConfig(name="lraspp_mobilenet_v3_large"), pretrained=True)
     with pytest.raises(UserError, match=r"could not download .*model\.pretrained=false") as info:
         build_model(cfg)
     assert calls and calls[0] in str(info.value)

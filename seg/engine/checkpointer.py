@@ -18,31 +18,34 @@ from seg.checkpoint import CheckpointError, checkpoint_file, load_checkpoint, sa
 from seg.config import Config, flatten_config, to_config
 from seg.engine.state import STATE_KEYS
 from seg.fileio import link_or_copy
+from seg.runs import LAST, RunLayout
 
 log = logging.getLogger(__name__)
 
 
 class Checkpointer:
     """Writes ``last.pt`` and, as links to it, ``best.pt`` and ``step_XXXXXXXX.pt`` (the newest
-    ``keep_last``). Built with ``directory=None`` on ranks other than 0: there it writes nothing.
+    ``keep_last``) into ``run``'s ``checkpoints/``. Built with ``run=None`` on ranks other than
+    0: there it writes nothing.
     """
 
-    def __init__(self, directory: Path | None, keep_last: int = 3) -> None:
-        self.directory = directory
+    def __init__(self, run: RunLayout | None, keep_last: int = 3) -> None:
+        self.run = run
         self.keep_last = keep_last
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
+        if run is not None:
+            run.checkpoints.mkdir(parents=True, exist_ok=True)
 
     def save(self, state: dict[str, Any], step: int, is_best: bool = False) -> None:
-        if self.directory is None:
+        run = self.run
+        if run is None:
             return
-        last = self.directory / "last.pt"
+        last = run.last
         save_checkpoint(state, last)
         if is_best:
-            link_or_copy(last, self.directory / "best.pt")
+            link_or_copy(last, run.best)
         if self.keep_last > 0:
-            link_or_copy(last, self.directory / f"step_{step:08d}.pt")
-            for old in sorted(self.directory.glob("step_*.pt"))[: -self.keep_last]:
+            link_or_copy(last, run.step_checkpoint(step))
+            for old in sorted(run.checkpoints.glob("step_*.pt"))[: -self.keep_last]:
                 old.unlink(missing_ok=True)
         log.info("saved checkpoint at step %d to %s%s", step, last, " (best)" if is_best else "")
 
@@ -101,14 +104,14 @@ def find_resume_checkpoint(spec: str | None, run_dir: Path) -> Path | None:
     """
     found: tuple[str | None, str | None] = (None, None)  # (path, error)
     if du.is_main_process():
-        last = run_dir / "checkpoints" / "last.pt"
-        if du.restart_count() > 0 and last.is_file():  # a restart continues its own run
-            found = (str(last), None)
+        run = RunLayout(run_dir)
+        if du.restart_count() > 0 and run.last.is_file():  # a restart continues its own run
+            found = (str(run.last), None)
         elif spec == "auto" or (spec is None and du.restart_count() > 0):
-            found = _newest_readable(run_dir / "checkpoints")
+            found = _newest_readable(run.checkpoints)
         elif spec:
             try:
-                path = checkpoint_file(spec, "last.pt")
+                path = checkpoint_file(spec, LAST)
                 error = None if path.is_file() else f"{path} does not exist"
             except CheckpointError as err:
                 error = str(err)
@@ -122,7 +125,7 @@ def find_resume_checkpoint(spec: str | None, run_dir: Path) -> Path | None:
 def _newest_readable(folder: Path) -> tuple[str | None, str | None]:
     """(path, None) of the newest checkpoint in ``folder`` that loads, (None, None) when there
     is none, (None, error) when every one is unreadable."""
-    candidates = [folder / "last.pt", *sorted(folder.glob("step_*.pt"), reverse=True)]
+    candidates = [folder / LAST, *sorted(folder.glob("step_*.pt"), reverse=True)]
     present = [c for c in candidates if c.is_file()]
     if not present:
         log.info("trainer.resume=auto: no checkpoint in %s, starting a new run", folder)
@@ -133,7 +136,7 @@ def _newest_readable(folder: Path) -> tuple[str | None, str | None]:
         except CheckpointError as err:
             log.warning("trainer.resume=auto: skipping %s: %s", path.name, err)
             continue
-        if path.name != "last.pt":
+        if path.name != LAST:
             log.warning("trainer.resume=auto: no readable last.pt, resuming %s", path.name)
         return str(path), None
     names = ", ".join(p.name for p in present)

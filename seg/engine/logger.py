@@ -29,6 +29,7 @@ from seg.errors import DataError, UserError
 from seg.evaluation.panels import three_panels
 from seg.fileio import write_text
 from seg.models import format_summary, summarize_model
+from seg.runs import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class MetricLogger:
         resume_step: int = 0,
         val_images: int = 0,
     ) -> None:
-        self.path = None if run_dir is None else run_dir / "metrics.jsonl"
+        self.path = None if run_dir is None else RunLayout(run_dir).metrics_log
         self.tb = None
         self.val_images = val_images
         self.val_samples: list[dict[str, Any]] = []
@@ -153,7 +154,8 @@ class MetricLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(
-                str(run_dir / "tb"), purge_step=resume_step + 1 if resume_step else None
+                str(RunLayout(run_dir).tensorboard),
+                purge_step=resume_step + 1 if resume_step else None,
             )
 
     def log(self, step: int, scalars: dict[str, float]) -> None:

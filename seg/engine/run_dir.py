@@ -30,20 +30,11 @@ from seg.config import Config, config_to_dict
 from seg.errors import UserError
 from seg.fileio import write_json, write_text
 from seg.locks import LockHeld, file_lock
+from seg.runs import CHECKPOINTS, RunLayout
 
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# What a training run writes into its folder (not Hydra's .hydra/ and train.log, nor eval/).
-RUN_FILES = (
-    "checkpoints",
-    "metrics.jsonl",
-    "metrics.json",
-    "config.yaml",
-    "run_info.json",
-    "splits",
-    "tb",
-)
 
 
 class RunDirError(UserError, RuntimeError):
@@ -75,7 +66,8 @@ def decide_run_dir(requested: str | None) -> tuple[Path, bool]:
 
 def remove_if_unused(run_dir: Path) -> None:
     """Remove a run folder this run created when it failed before writing anything of a run
-    (a config error, a busy GPU): only its lock and log, never a file of :data:`RUN_FILES`."""
+    (a config error, a busy GPU): only its lock and log, never a file of a run
+    (``RunLayout.owned``)."""
     if not du.is_main_process() or run_files(run_dir):
         return
     if {p.name for p in run_dir.iterdir()} <= {".lock", "train.log"}:
@@ -83,12 +75,12 @@ def remove_if_unused(run_dir: Path) -> None:
 
 
 def run_files(run_dir: Path) -> list[str]:
-    """The names of :data:`RUN_FILES` that ``run_dir`` holds (an empty folder counts as absent)."""
+    """The names of the run's own files (``RunLayout.owned``) that ``run_dir`` holds (an empty
+    folder counts as absent)."""
     found = []
-    for name in RUN_FILES:
-        path = run_dir / name
+    for path in RunLayout(run_dir).owned():
         if path.is_file() or (path.is_dir() and any(path.iterdir())):
-            found.append(name)
+            found.append(path.name)
     return found
 
 
@@ -125,7 +117,7 @@ def claim_run_dir(run_dir: Path, resuming: bool, overwrite: bool, auto: bool = F
     (its logs and splits are replaced); a folder with checkpoints never gets here."""
     error = None
     found = run_files(run_dir) if du.is_main_process() and not resuming else []
-    fresh = auto and "checkpoints" not in found
+    fresh = auto and CHECKPOINTS not in found
     if found and (overwrite or fresh or du.restart_count() > 0):
         if overwrite:
             why = "trainer.overwrite=true"
@@ -168,7 +160,7 @@ def git_commit(repo: Path = REPO_ROOT) -> dict[str, Any]:
 
 def write_run_files(run_dir: Path, cfg: Config, extra: dict[str, Any]) -> None:
     """``config.yaml`` and ``run_info.json`` (rank 0 only; call once the run is set up)."""
-    write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config_to_dict(cfg))))
+    write_text(RunLayout(run_dir).config, OmegaConf.to_yaml(OmegaConf.create(config_to_dict(cfg))))
     info = {
         "git": git_commit(),
         "argv": sys.argv,
@@ -178,4 +170,4 @@ def write_run_files(run_dir: Path, cfg: Config, extra: dict[str, Any]) -> None:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **extra,
     }
-    write_json(run_dir / "run_info.json", info)
+    write_json(RunLayout(run_dir).info, info)

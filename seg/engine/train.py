@@ -50,7 +50,9 @@ from seg.engine.validation import evaluate, scalars, validation_metrics
 from seg.errors import DataError
 from seg.evaluation.report import format_training_report, meets_target
 from seg.fileio import write_json
+from seg.metrics.keys import metric_key, parse_metric_key
 from seg.models import num_columns
+from seg.runs import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +135,7 @@ def _run(
     writer = MetricLogger(
         run_dir if main else None, cfg.logging.tensorboard, state.step, cfg.logging.val_images
     )
-    ckpts = Checkpointer(run_dir / "checkpoints" if main else None, t.keep_last)
+    ckpts = Checkpointer(RunLayout(run_dir) if main else None, t.keep_last)
     if main:
         info = {
             "world_size": du.world_size(),
@@ -141,7 +143,7 @@ def _run(
         }
         info.update(torch=torch.__version__, restart=du.restart_count(), resumed_from=ckpt_path)
         write_run_files(run_dir, cfg, info)
-        save_splits(cfg.data, run_dir / "splits")
+        save_splits(cfg.data, RunLayout(run_dir).splits)
         net = p.stepper.model_without_ddp
         writer.log_model_summary(net, (1, 3, *cfg.aug.eval_size), state.step)
         writer.watch_val_images(p.val_loader.dataset if p.val_loader is not None else None)
@@ -188,8 +190,11 @@ def _run(
         validate(p, state, cfg, writer)
     hparams = {**flatten_hparams(cfg), "world_size": du.world_size()}
     # The overall metrics, and a leave-one-out run's training-sources ones (what it chose by).
-    chosen = p.selection.prefix if p.selection.held_out else "val/train_sources/"
-    overall = {k: v for k, v in state.metrics.items() if k.count("/") == 1 or k.startswith(chosen)}
+    overall = {
+        k: v
+        for k, v in state.metrics.items()
+        if (key := parse_metric_key(k)) is not None and not key.per_source
+    }
     writer.log_hparams(hparams, overall)
     writer.close()
     return _finish(p, state, cfg, run_dir)
@@ -326,15 +331,14 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
     state.pending_skipped = 0
     state.metrics = validation_metrics(totals, p.selection)
     state.metrics.update(
-        {"val/skipped": float(val_bad), "train/skipped": float(state.train_skipped)}
+        {metric_key("skipped"): float(val_bad), "train/skipped": float(state.train_skipped)}
     )
     writer.log(state.step, scalars(state.metrics))
     aug = cfg.aug
     device, amp_dtype = p.stepper.device, p.stepper.amp_dtype
     writer.log_val_images(state.step, model, device, aug.mean, aug.std, amp_dtype)
     state.tick()
-    prefix = p.selection.prefix
-    acc = state.metrics[prefix + "pixel_acc"]
+    acc = state.metrics[p.selection.key_of("pixel_acc")]
     if state.target is None and meets_target(acc, t.target_pixel_acc):
         passes = p.steps_per_epoch * t.accumulate
         state.target = {
@@ -346,16 +350,16 @@ def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> 
         log.info(
             "pixel accuracy reached the %.0f%% target: %s", 100 * t.target_pixel_acc, state.target
         )
-    value = state.metrics[prefix + t.best_metric]
+    value = state.metrics[p.selection.key_of(t.best_metric)]
     is_best = math.isfinite(value) and (state.best is None or value > state.best)
     if is_best:
         state.best = value
     log.info(
         "validation at step %d: pixel acc %.2f%%, person IoU %.2f%%, mIoU %.2f%%",
         state.step,
-        100 * state.metrics["val/pixel_acc"],
-        100 * state.metrics["val/iou_person"],
-        100 * state.metrics["val/miou"],
+        100 * state.metrics[metric_key("pixel_acc")],
+        100 * state.metrics[metric_key("iou_person")],
+        100 * state.metrics[metric_key("miou")],
     )
     return is_best
 
@@ -386,7 +390,7 @@ def checkpoint_run(
     check_finite_weights(p.stepper.model_without_ddp, state.step)  # never saved over a good one
     state.tick()
     rng = du.all_gather_object(capture_rng(p.transforms, p.cuda_devices))
-    if ckpts.directory is None:
+    if ckpts.run is None:
         return
     weights = {"model": p.stepper.model_without_ddp.state_dict()}
     if p.ema is not None:
@@ -424,7 +428,7 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
         "target_reached": state.target,
     }
     if du.is_main_process():
-        write_json(run_dir / "metrics.json", result)
+        write_json(RunLayout(run_dir).metrics, result)
         log.info(
             "final validation (%s split, at %s):\n%s",
             t.val_split,

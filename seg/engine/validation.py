@@ -19,8 +19,9 @@ from torch.utils.data import DataLoader
 
 from seg import distributed as du
 from seg.data import run_by_size
-from seg.evaluation.selection import TRAIN_SOURCES, Selection
+from seg.evaluation.selection import Selection
 from seg.metrics import SegMetrics, metrics_from_confusion
+from seg.metrics.keys import TRAIN_SOURCES, metric_key
 
 
 @torch.no_grad()
@@ -79,15 +80,15 @@ def validation_metrics(totals: dict[str, SegMetrics], selection: Selection) -> d
     seen = SegMetrics.confusion_only(first.num_classes, first.device)
     out: dict[str, Any] = {}
     for name, metrics in totals.items():
-        out.update({f"val/{name}/{k}": v for k, v in metrics.compute().items()})
+        out.update({metric_key(k, name): v for k, v in metrics.compute().items()})
         out[f"confusion/{name}"] = metrics.confusion.tolist()
         overall.merge_(metrics)
         if name in selection.sources:
             seen.merge_(metrics)
-    out.update({f"val/{k}": v for k, v in overall.compute().items()})
+    out.update({metric_key(k): v for k, v in overall.compute().items()})
     out["confusion/all"] = overall.confusion.tolist()
     if selection.held_out:
-        out.update({f"{selection.prefix}{k}": v for k, v in seen.compute().items()})
+        out.update({metric_key(k, TRAIN_SOURCES): v for k, v in seen.compute().items()})
         out[f"confusion/{TRAIN_SOURCES}"] = seen.confusion.tolist()
     return out
 

@@ -20,6 +20,7 @@ from seg.evaluation.selection import Selection
 from seg.fileio import write_text
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent, ratio
+from seg.metrics.keys import metric_key
 from seg.metrics.sizes import SIZES
 
 CSV_COLUMNS = (
@@ -233,18 +234,17 @@ def format_training_report(
     mIoU per source and overall (and over the training sources when one is held out, the
     figures the target is then judged on), the verdict against the pixel-accuracy target, when
     training first reached it, and the bad pairs that were skipped."""
-    rows = [(s, f"val/{s}/") for s in sources] + [("all", "val/")]
-    judged = selection.prefix  # what the target is judged on
-    if selection.held_out:
-        rows.append(("training sources", judged))
+    rows: list[tuple[str, str | None]] = [(s, s) for s in sources] + [("all", None)]
+    if selection.held_out:  # the figures the target is judged on
+        rows.append(("training sources", selection.source))
     head = ["pixel acc", "person IoU", "mIoU", *(h for _, h in EMPTY_COLUMNS)]
     lines = [f"{'source':<20} " + " ".join(f"{h:>10}" for h in head)]
     keys = ["pixel_acc", "iou_person", "miou", *(k for k, _ in EMPTY_COLUMNS)]
-    for name, prefix in rows:
-        values = " ".join(f"{percent(_nan(metrics.get(prefix + k))):>10}" for k in keys)
+    for name, source in rows:
+        values = " ".join(f"{percent(_nan(metrics.get(metric_key(k, source)))):>10}" for k in keys)
         lines.append(f"{name:<20} {values}")
     lines.append(EMPTY_NOTE)
-    lines.append(target_line(metrics.get(judged + "pixel_acc", float("nan")), target))
+    lines.append(target_line(metrics.get(selection.key_of("pixel_acc"), float("nan")), target))
     reached = metrics.get("target_reached")
     if reached:
         lines.append(
@@ -253,7 +253,7 @@ def format_training_report(
         )
     else:
         lines.append("target not reached during training")
-    val_bad, train_bad = metrics.get("val/skipped", 0), metrics.get("train/skipped", 0)
+    val_bad, train_bad = metrics.get(metric_key("skipped"), 0), metrics.get("train/skipped", 0)
     if val_bad or train_bad:
         lines.append(
             f"bad pairs skipped (data.on_bad_sample=skip): {val_bad:.0f} in validation "

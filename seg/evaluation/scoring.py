@@ -46,6 +46,7 @@ from seg.inference.predictor import Predictor, predictor_from_options
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent
 from seg.metrics.sizes import SizeSplit
+from seg.runs import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,10 @@ def default_out_dir(checkpoint: str | Path, data_name: str, split: str) -> Path:
     """``<run_dir>/eval/<data>_<split>`` for a checkpoint in a run's ``checkpoints/`` folder,
     else ``outputs/eval/<data>_<split>``."""
     ckpt = Path(checkpoint).expanduser().absolute()
-    run_dir = ckpt.parent.parent
-    if ckpt.parent.name == "checkpoints" and (run_dir / "config.yaml").is_file():
-        return run_dir / "eval" / f"{data_name}_{split}"
-    return Path("outputs") / "eval" / f"{data_name}_{split}"
+    run = RunLayout.of_checkpoint(ckpt)
+    if run is not None:
+        return run.evaluation(data_name, split)
+    return RunLayout(Path("outputs")).evaluation(data_name, split)
 
 
 def score_items(

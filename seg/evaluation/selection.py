@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-TRAIN_SOURCES = "train_sources"  # val/train_sources/<metric>: the training sources' sum
+from seg.metrics.keys import TRAIN_SOURCES, metric_key
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,18 @@ class Selection:
         return cls(metric, tuple(sorted(validated)))
 
     @property
-    def prefix(self) -> str:
-        """Where the run's steering figures are: ``val/train_sources/`` or ``val/``."""
-        return f"val/{TRAIN_SOURCES}/" if self.held_out else "val/"
+    def source(self) -> str | None:
+        """Whose figures steer the run: the training sources' sum, or every source's (None)."""
+        return TRAIN_SOURCES if self.held_out else None
+
+    def key_of(self, metric: str) -> str:
+        """The key of ``metric`` over what steers the run, e.g. ``val/pixel_acc``."""
+        return metric_key(metric, self.source)
 
     @property
     def key(self) -> str:
         """The key of the figure that picks best.pt, e.g. ``val/iou_person``."""
-        return self.prefix + self.metric
+        return self.key_of(self.metric)
 
     def as_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "sources": list(self.sources), "held_out": self.held_out}

@@ -57,9 +57,7 @@ def _unet(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
 
 
 def _torchvision(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
-    net = build_torchvision_net(
-        str(cfg.name), cfg.num_classes, cfg.aux_heads, pretrained
-    )
+    net = build_torchvision_net(str(cfg.name), cfg.num_classes, cfg.aux_heads, pretrained)
     return TorchvisionSegNet(net, channels_last=cfg.channels_last)
 
 
