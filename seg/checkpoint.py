@@ -5,9 +5,9 @@ A checkpoint is a dict of tensors, numbers, strings, lists and dicts only (the r
 included), so ``torch.load(weights_only=True)`` reads it and it rebuilds its model on its own:
 ``{"model", "optimizer", "scheduler", "scaler", "epoch", "step", "batch_in_epoch",
 "rng": [per rank], "config", "metrics", "best", "target", "elapsed_s", "tensor_sha256"}`` (the
-digest of its tensors, checked on every load), and with a weight
-EMA (``trainer.ema_decay``) ``"train_model"`` and ``"ema_updates"`` too: ``"model"`` is always
-the weights to use (the average, then). What only training needs (``last`` / ``best`` /
+digest of its tensors, checked on every load). ``"model"`` is the weights to use (a run with the
+retired weight EMA also saved ``"train_model"``, the weights it trained, which a resume takes,
+and ``"ema_updates"``). What only training needs (``last`` / ``best`` /
 keep-N, RNG states, resume) is ``seg.engine.checkpointer``.
 """
 
@@ -195,10 +195,20 @@ def upgrade_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
     checkpoint stands for."""
     config = ckpt["config"]
     if isinstance(config, dict):
+        stride = (config.get("model") or {}).get("decoder_stride", 4)
+        if stride != 4:
+            raise CheckpointError(
+                f"this checkpoint's model joins the columns from stride {stride} "
+                "(model.decoder_stride, retired on 2026-12-05): load it with a commit before "
+                "that date"
+            )
         for key in RETIRED_KEYS:
             group, name = key.split(".")
             if isinstance(config.get(group), dict):
                 config[group].pop(name, None)
+        for column in (config.get("model") or {}).get("columns") or []:
+            if isinstance(column, dict):  # a CPU speed choice, now made at run time
+                column.pop("fp32", None)
     if "step" in ckpt:  # a training checkpoint (not a weights-only file)
         for key, value in LATER_STATE_KEYS.items():
             ckpt.setdefault(key, value)

@@ -108,10 +108,10 @@ def test_a_restated_default_is_found() -> None:
     schema = OmegaConf.structured(Config)
     yaml = {"epochs": 30, "max_steps": 5, "name": "x"}
     assert restated_defaults("trainer", yaml, schema) == ["trainer.epochs"]
-    model = {"name": "multicolumn", "num_classes": 2, "decoder_stride": 4, "aux_heads": 1}
+    model = {"name": "multicolumn", "num_classes": 2, "decoder_channels": 32, "aux_heads": 1}
     assert restated_defaults("model", model, schema) == [
         "model.num_classes",
-        "model.decoder_stride",
+        "model.decoder_channels",
     ]
 
 
@@ -153,6 +153,8 @@ def test_every_schema_checks_its_ranges_when_made(make, key: str) -> None:
         ("+trainer.fault_at_step=3", "nothing: the crash tests"),
         ("aug.image_fill=0", "aug.mask_fill"),
         ("model.exchange_mode=sum", "nothing: exchanged features are concatenated"),
+        ("trainer.ema_decay=0.999", "nothing: a weight EMA gained nothing"),
+        ("aug.rotate_wide_p=0.2", "nothing: wide rotations cost"),
     ],
 )
 def test_a_retired_key_names_what_replaced_it(override: str, instead: str) -> None:

@@ -20,7 +20,7 @@ from training_utils import (
 )
 
 from seg import distributed as du
-from seg.checkpoint import load_checkpoint, load_model_from_checkpoint
+from seg.checkpoint import load_model_from_checkpoint
 from seg.config import compose_config, compose_dict
 from seg.data import build_eval_datasets
 from seg.data.transforms import build_eval_transform
@@ -67,11 +67,10 @@ def one_thread():
 
 
 def test_two_gloo_processes_match_one_process(data_root: Path, tmp_path: Path, one_thread) -> None:
-    """With a weight EMA (a superset of the plain run's checks: the trained weights match as
-    well as their average): each replica averages its own (equal) weights, and validation
-    scores the average with rank 0's BatchNorm statistics, what the checkpoint's model holds."""
+    """Two gloo replicas of half the batch each against one process accumulating two halves:
+    the same weights and losses; validation scores rank 0's model, the checkpoint's."""
     ddp, single = tmp_path / "ddp", tmp_path / "single"
-    work = [*SAME_WORK, "trainer.ema_decay=0.5"]
+    work = list(SAME_WORK)
     overrides = [*tiny_overrides(data_root, ddp), *work, f"hydra.run.dir={tmp_path}/hydra"]
     # trainer.devices=2: the script starts both replicas itself through torch's elastic API.
     _run([sys.executable, SCRIPT, *overrides, "trainer.devices=2"], cwd=tmp_path)
@@ -85,18 +84,6 @@ def test_two_gloo_processes_match_one_process(data_root: Path, tmp_path: Path, o
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=RTOL, atol=ATOL, msg=key)
     torch.testing.assert_close(_losses(ddp), _losses(single), rtol=RTOL, atol=ATOL)
-    # The trained weights match too (parameters: BatchNorm statistics are per replica),
-    # and differ from the average.
-    a = load_checkpoint(ddp / "checkpoints" / "last.pt")
-    b = load_checkpoint(single / "checkpoints" / "last.pt")
-    assert a["ema_updates"] == b["ema_updates"] == 2
-    trained = a["train_model"]
-    for key in parameters(ddp / "checkpoints" / "last.pt"):
-        torch.testing.assert_close(
-            trained[key], b["train_model"][key], rtol=RTOL, atol=ATOL, msg=key
-        )
-    assert any(not torch.equal(a["model"][k], trained[k]) for k in a["model"])
-
     # Validation in shards of 2 + 1 images, summed over the ranks, counts exactly what one
     # process counts with the same weights.
     model, cfg = load_model_from_checkpoint(ddp / "checkpoints" / "last.pt")

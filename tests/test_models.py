@@ -233,24 +233,6 @@ def test_bad_column_rejected(column, message):
         MultiColumnSegNet([ColumnConfig("a", 1.0, [8, 16, 16], [1, 1, 1]), column])
 
 
-@pytest.mark.parametrize(("stride", "levels"), [(4, 2), (2, 3)])
-def test_decoder_stride_joins_the_first_stage_at_2(stride, levels):
-    model = two_columns(decoder_stride=stride).place([CPU, CPU]).eval()
-    assert len(model.decoder.lateral) == levels
-    assert model.decoder.lateral[0][0].in_channels == (8 + 8 if stride == 2 else 16 + 24)
-    seen = []
-    model.decoder.classifier.register_forward_hook(lambda m, i, o: seen.append(o.shape[-2:]))
-    out = model(torch.randn(1, 3, 32, 48))["out"]
-    assert out.shape == (1, 2, 32, 48) and seen == [(32 // stride, 48 // stride)]
-
-
-def test_bad_decoder_stride_names_the_key():
-    with pytest.raises(
-        ValueError, match=r"model.decoder_stride=8 is invalid: expected one of \(2, 4\)"
-    ):
-        model_config("dual_channel", ("model.decoder_stride=8",))
-
-
 def test_exchange_with_one_column_rejected():
     cfg = model_config("single_column", ("model.exchange_stages=[1]",))
     with pytest.raises(ValueError, match="need at least two columns"):

@@ -36,6 +36,12 @@ RETIRED_KEYS = {
     "aug.image_fill": "aug.mask_fill (image pixels brought in by a shift or pad are black)",
     "data.mask_resize_tolerance": "nothing: a smaller mask is resized within 1% of the aspect",
     "model.exchange_mode": "nothing: exchanged features are concatenated",
+    # Options whose ablation showed no gain (issue 39; docs/notes/ holds each measurement).
+    "trainer.ema_decay": "nothing: a weight EMA gained nothing (docs/notes, 'weight EMA')",
+    "model.decoder_stride": "nothing: the decoder joins the columns from stride 4 on",
+    "aug.rotate_wide_p": "nothing: wide rotations cost coco128's photos without people",
+    "aug.rotate_wide": "nothing: wide rotations cost coco128's photos without people",
+    "aug.gray_p": "nothing: no recipe trained on grayscale copies",
 }
 
 

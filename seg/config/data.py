@@ -149,11 +149,6 @@ class AugConfig:
     rotate: float = 15.0  # max rotation, degrees
     hflip: float = 0.5  # probability
     affine_p: float = 1.0  # probability of the shift/scale/rotate step
-    # Poses the training photos lack (upside-down, lying, tilted bodies): with this probability
-    # a second rotation, uniform in +-rotate_wide degrees (180: any angle), follows the affine
-    # step. 0 = off.
-    rotate_wide_p: float = 0.0
-    rotate_wide: float = 180.0
     # Optional photometric jitter.
     photometric: bool = False
     brightness: float = 0.2
@@ -179,7 +174,6 @@ class AugConfig:
     noise_std: list[float] = field(default_factory=lambda: [0.02, 0.06])  # fraction of 255
     jpeg_p: float = 0.0  # JPEG re-compression
     jpeg_quality: list[int] = field(default_factory=lambda: [30, 95])
-    gray_p: float = 0.0  # grayscale (kept 3 channels)
     # Resampling and normalisation, training and evaluation alike.
     # How images are resized and warped (masks always nearest): linear, as torchvision's and
     # mmsegmentation's references; nearest keeps a synthetic image's values exact (the tests'
@@ -275,7 +269,6 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
     _floats(cfg, "mean", 3)
     for key in ("brightness", "contrast", "saturation", "shift", "hflip", "affine_p"):
         _number(cfg, key, 0.0, 1.0)
-    _number(cfg, "rotate_wide", 0.0, 180.0)
     for key in (
         "photometric_p",
         "paste_p",
@@ -283,8 +276,6 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
         "blur_p",
         "noise_p",
         "jpeg_p",
-        "gray_p",
-        "rotate_wide_p",
     ):
         _number(cfg, key, 0.0, 1.0)
     _number(cfg, "hue", 0.0, 0.5)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from seg.errors import ConfigError
-
 
 @dataclass
 class ColumnConfig:
@@ -43,9 +41,6 @@ class ColumnConfig:
     # Backbone only: its first N stages (0..5) are not trained at all (detectron2's FREEZE_AT):
     # generic edges and blobs, and the most expensive stages to backpropagate through.
     frozen_stages: int = 0
-    # Backbone only: run it in float32 even under bf16/fp16 autocast (depthwise convolutions,
-    # as in EfficientNet and MobileNet, run slower in bf16 than in fp32 on CPUs).
-    fp32: bool = False
 
 
 @dataclass
@@ -53,9 +48,6 @@ class UNetConfig:
     """The plain UNet baseline: two 3x3 conv-BN-ReLU per level, max-pool down, bilinear up."""
 
     widths: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
-
-
-DECODER_STRIDES = (2, 4)
 
 
 @dataclass
@@ -72,10 +64,6 @@ class ModelConfig:
     # concatenated to its own (a backbone column adds them through zero-started 1x1 convs).
     exchange_stages: list[int] = field(default_factory=list)
     decoder_channels: int = 32
-    # Stride of the fusion decoder's output, before the bilinear upsampling to the input's
-    # size: 4 joins the columns from stage 1 on; 2 also joins their first stage (finer
-    # boundaries for a few percent more compute). multicolumn only.
-    decoder_stride: int = 4
     # Deep supervision: one auxiliary head per column (torchvision: their aux classifier),
     # evaluated only in training; the loss weighs each by aux_weight.
     aux_heads: bool = False
@@ -85,9 +73,3 @@ class ModelConfig:
     # or a torchvision baseline's (torchvision's weights API). False: random initialisation.
     pretrained: bool = False
     channels_last: bool = True
-
-    def __post_init__(self) -> None:  # as every schema: range checks when the object is made
-        if self.decoder_stride not in DECODER_STRIDES:
-            raise ConfigError.invalid(
-                "model.decoder_stride", self.decoder_stride, f"one of {DECODER_STRIDES}"
-            )

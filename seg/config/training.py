@@ -48,11 +48,6 @@ class TrainerConfig:
     batch_size: int = 8  # per replica and forward pass
     accumulate: int = 1  # forward passes per optimiser step (gradient accumulation)
     grad_clip: float = 0.0  # max global gradient norm; 0 = off
-    # Exponential moving average of the weights and BatchNorm statistics, updated after every
-    # optimiser step with this decay (warmed up as min(decay, (1 + n) / (10 + n)) over the
-    # first updates); validation, best.pt and every checkpoint's "model" are then the
-    # average's (docs/training.md, "Precision, accumulation, clipping"). 0 = off; e.g. 0.999.
-    ema_decay: float = 0.0
     precision: str = "32"  # 32 | bf16 (autocast) | 16 (fp16 + gradient scaler, CUDA) | auto
     # Replicas that `python scripts/train.py` starts itself (torch elastic): N or auto (one per
     # visible GPU, 1 on CPU). Ignored under torchrun, which decides.
@@ -102,12 +97,6 @@ class TrainerConfig:
             "-1 (no limit) or an integer >= 1",
         )
         _check(self.grad_clip >= 0, "trainer.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
-        _check(
-            0 <= self.ema_decay < 1,
-            "trainer.ema_decay",
-            self.ema_decay,
-            "a number in [0, 1) (0 = off; e.g. 0.999)",
-        )
         _check(
             str(self.precision) in PRECISIONS,
             "trainer.precision",

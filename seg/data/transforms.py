@@ -70,28 +70,11 @@ def _degradations(p: AugConfig) -> list[A.BasicTransform]:
         p=p.blur_p,
     )
     chosen = [
-        (p.gray_p, A.ToGray(p=p.gray_p)),
         (p.blur_p, blur),
         (p.noise_p, A.GaussNoise(std_range=tuple(p.noise_std), p=p.noise_p)),
         (p.jpeg_p, A.ImageCompression(quality_range=tuple(p.jpeg_quality), p=p.jpeg_p)),
     ]
     return [transform for prob, transform in chosen if prob > 0]
-
-
-def _wide_rotation(p: AugConfig, fills: dict[str, Any]) -> list[A.BasicTransform]:
-    """The pose switch: a rotation uniform in +-``rotate_wide`` with ``rotate_wide_p`` (none
-    at 0, so the default pipeline is the one built before it existed)."""
-    if p.rotate_wide_p == 0:
-        return []
-    return [
-        A.Rotate(
-            limit=(-p.rotate_wide, p.rotate_wide),
-            interpolation=_interpolation(p),
-            mask_interpolation=cv2.INTER_NEAREST,
-            p=p.rotate_wide_p,
-            **fills,
-        )
-    ]
 
 
 def build_train_transform(
@@ -106,10 +89,9 @@ def build_train_transform(
     the whole photo); one ``Affine`` does the case study's
     shift (up to ``cfg.shift`` of each side, x and y drawn independently), isotropic scale
     (``cfg.scale``) and rotation (up to ``±cfg.rotate`` degrees) with probability
-    ``cfg.affine_p``; with ``cfg.rotate_wide_p`` a second rotation up to ``±cfg.rotate_wide``
-    (poses the photos lack); then ``HorizontalFlip(p=cfg.hflip)``, centre padding and a random
+    ``cfg.affine_p``; then ``HorizontalFlip(p=cfg.hflip)``, centre padding and a random
     crop to ``cfg.crop_size``. Then, on the image only: optional ColorJitter (``cfg.photometric``),
-    grayscale, blur, noise and JPEG (``cfg.gray_p``, ``blur_p``, ``noise_p``, ``jpeg_p``; those at
+    blur, noise and JPEG (``cfg.blur_p``, ``noise_p``, ``jpeg_p``; those at
     0 are left out, so the defaults build the same pipeline as before they existed). Output:
     image float32 (3, crop_h, crop_w), mask uint8 (crop_h, crop_w). With ``seed`` the same
     inputs give the same samples; see ``seed_worker`` for DataLoaders.
@@ -150,7 +132,6 @@ def build_train_transform(
             p=p.affine_p,
             **fills,
         ),
-        *_wide_rotation(p, fills),
         A.HorizontalFlip(p=p.hflip),
         A.PadIfNeeded(min_height=crop_h, min_width=crop_w, **fills),
         A.RandomCrop(height=crop_h, width=crop_w),

@@ -23,7 +23,6 @@ from seg.config import Config
 from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset, train_source_names
 from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.checkpointer import restore_rng
-from seg.engine.ema import ModelEma
 from seg.engine.loaders import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.step import Stepper, build_stepper
 from seg.engine.validation import metric_names
@@ -50,7 +49,6 @@ class Parts:
     steps_per_epoch: int
     total_steps: int
     global_batch: int  # images per optimiser step, over all replicas
-    ema: ModelEma | None = None  # trainer.ema_decay > 0: the averaged model, validated and saved
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
@@ -71,7 +69,7 @@ def build_ddp_model(
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     # A resumed run's weights come from the checkpoint: no ImageNet file is read for nothing.
     model = build_model(cfg.model, pretrained=None if ckpt is None else False)
-    if ckpt is not None:  # with an EMA, "model" holds the average and "train_model" these
+    if ckpt is not None:  # a weight EMA's (retired) "train_model": the weights it trained
         model.load_state_dict(ckpt.get("train_model", ckpt["model"]))
     model.place(devices)
     if cfg.trainer.compile:
@@ -93,30 +91,6 @@ def build_ddp_model(
     single_gpu = devices[0].type == "cuda" and len(set(devices)) == 1
     ddp = DDP(model, device_ids=[devices[0]] if single_gpu else None, find_unused_parameters=False)
     return ddp, model
-
-
-def build_ema(
-    cfg: Config,
-    model: nn.Module,
-    devices: list[torch.device],
-    ckpt: dict[str, Any] | None,
-) -> ModelEma | None:
-    """The moving average of ``model`` (DDP unwrapped) when ``trainer.ema_decay`` > 0: a model
-    of the same build on ``devices``, starting from ``model``'s weights, or the average that
-    ``ckpt`` saved (its ``"model"`` when it has ``"train_model"``) and its update count."""
-    if cfg.trainer.ema_decay == 0:
-        return None
-    with torch.random.fork_rng(devices=[]):  # its random init draws nothing from the run's
-        average = build_model(cfg.model, pretrained=False)
-    if ckpt is not None and "train_model" in ckpt:
-        average.load_state_dict(ckpt["model"])
-        updates = int(ckpt["ema_updates"])
-    else:  # a new run, or one resumed from a checkpoint without an average: start here
-        if ckpt is not None:
-            log.info("trainer.ema_decay: the checkpoint has no average; it starts from its weights")
-        average.load_state_dict(model.state_dict())
-        updates = 0
-    return ModelEma(average.place(devices), cfg.trainer.ema_decay, updates)
 
 
 def check_frozen_random(cfg: Config) -> None:
@@ -206,7 +180,6 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
         global_batch=t.batch_size * t.accumulate * ws,
-        ema=build_ema(cfg, model_without_ddp, devices, ckpt),
     )
     if ckpt is not None:
         restore_states(parts, ckpt)

@@ -149,7 +149,7 @@ def _run(
         writer.watch_val_images(p.val_loader.dataset if p.val_loader is not None else None)
     precision = p.stepper.precision
     log.info(
-        "run %s: %d replica(s) on %s, global batch %d, %d steps/epoch, %d steps, precision %s%s%s",
+        "run %s: %d replica(s) on %s, global batch %d, %d steps/epoch, %d steps, precision %s%s",
         run_dir,
         du.world_size(),
         [str(d) for d in p.stepper.model_without_ddp.devices],
@@ -157,7 +157,6 @@ def _run(
         p.steps_per_epoch,
         p.total_steps,
         precision if precision == str(t.precision) else f"{t.precision} -> {precision}",
-        f", weight EMA (decay {t.ema_decay})" if p.ema is not None else "",
         f", resuming {ckpt_path} at step {state.step}" if ckpt_path else "",
     )
     if p.selection.held_out:
@@ -247,8 +246,6 @@ def train_one_epoch(
             if not sync:
                 continue
             lr = stepper.optimizer_step()
-            if p.ema is not None:
-                p.ema.update(stepper.model_without_ddp)
             state.step += 1
             bar.update()
             end = state.batch_in_epoch >= passes or state.step >= p.total_steps
@@ -315,7 +312,7 @@ def _log_train(
 def validate(p: Parts, state: TrainState, cfg: Config, writer: MetricLogger) -> bool:
     """Score the validation split (all ranks), record the target and the best; True if best."""
     t = cfg.trainer
-    model = p.stepper.model_without_ddp if p.ema is None else p.ema.module  # what checkpoints save
+    model = p.stepper.model_without_ddp
     du.broadcast_buffers_(model)  # every rank scores rank 0's (saved) model
     totals, val_bad = evaluate(
         model, p.val_loader, p.stepper.device, p.sources, cfg.model.num_classes, p.stepper.amp_dtype
@@ -384,23 +381,14 @@ def check_finite_weights(model: torch.nn.Module, step: int) -> None:
 def checkpoint_run(
     p: Parts, state: TrainState, cfg: Config, ckpts: Checkpointer, is_best: bool = False
 ) -> None:
-    """Every rank contributes its random states; rank 0 writes. ``"model"`` holds the weights
-    to use (the moving average with ``trainer.ema_decay``, which then adds the weights being
-    trained as ``"train_model"`` and its update count for resuming)."""
+    """Every rank contributes its random states; rank 0 writes."""
     check_finite_weights(p.stepper.model_without_ddp, state.step)  # never saved over a good one
     state.tick()
     rng = du.all_gather_object(capture_rng(p.transforms, p.cuda_devices))
     if ckpts.run is None:
         return
-    weights = {"model": p.stepper.model_without_ddp.state_dict()}
-    if p.ema is not None:
-        weights = {
-            "model": p.ema.module.state_dict(),
-            "train_model": weights["model"],
-            "ema_updates": p.ema.updates,
-        }
     ckpt = {
-        **weights,
+        "model": p.stepper.model_without_ddp.state_dict(),
         "optimizer": p.stepper.optimizer.state_dict(),
         "scheduler": p.stepper.scheduler.state_dict(),
         "scaler": p.stepper.scaler.state_dict(),

@@ -56,6 +56,9 @@ class BackboneSpec:
     mean: tuple[float, float, float]  # input normalisation the weights expect
     std: tuple[float, float, float]
     torchvision_weights: str | None = None  # "ResNet18_Weights" etc.: the weights enum
+    # Built of depthwise convolutions (EfficientNet, MobileNet), which run slower in bf16 than
+    # in fp32 on CPUs (docs/benchmarks.md): such a column keeps fp32 under CPU autocast.
+    depthwise: bool = False
 
 
 def _resnet18(head: bool) -> nn.Module:
@@ -102,6 +105,7 @@ def _lite_spec(variant: str) -> BackboneSpec:
         head_prefixes=lite.HEAD_PREFIXES,
         mean=LITE_MEAN,
         std=LITE_STD,
+        depthwise=True,
     )
 
 
@@ -124,6 +128,7 @@ BACKBONES: dict[str, BackboneSpec] = {
         mean=IMAGENET_MEAN,
         std=IMAGENET_STD,
         torchvision_weights="MobileNet_V3_Large_Weights",
+        depthwise=True,
     ),
 }
 

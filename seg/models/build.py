@@ -31,7 +31,6 @@ def _multicolumn(cfg: ModelConfig, pretrained: bool) -> SegmentationModel:
         num_classes=cfg.num_classes,
         exchange_stages=list(cfg.exchange_stages),
         decoder_channels=cfg.decoder_channels,
-        decoder_stride=cfg.decoder_stride,
         aux_heads=cfg.aux_heads,
         channels_last=cfg.channels_last,
     )

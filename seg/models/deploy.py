@@ -91,8 +91,8 @@ def deploy_model(model: nn.Module) -> nn.Module:
 class AutocastModel(SegmentationModel):
     """``model`` run under ``torch.autocast(dtype)`` on the device its input goes to (bf16 or
     fp16 inference); logits come back in float32. Placement is the wrapped model's (its
-    columns may sit on several GPUs); parts that keep float32 under autocast (a pretrained
-    column with ``fp32: true``) keep it here too."""
+    columns may sit on several GPUs); parts that keep float32 under autocast (a depthwise
+    backbone column on a CPU) keep it here too."""
 
     def __init__(self, model: SegmentationModel, dtype: torch.dtype) -> None:
         super().__init__(channels_last=getattr(model, "channels_last", False))

@@ -76,7 +76,6 @@ class BackboneColumn(nn.Module):
         extra_in: tuple[int, ...],
         freeze_bn: bool = True,
         frozen_stages: int = 0,
-        fp32: bool = False,
     ) -> None:
         super().__init__()
         self.spec = backbone_spec(backbone)
@@ -85,7 +84,6 @@ class BackboneColumn(nn.Module):
         self.out_channels = list(self.spec.channels)
         self.freeze_bn = freeze_bn
         self.frozen_stages = frozen_stages
-        self.fp32 = fp32
         if any(extra_in[:frozen_stages]):
             raise ConfigError(
                 f"backbone column: frozen_stages={frozen_stages} would freeze a stage that "
@@ -104,8 +102,10 @@ class BackboneColumn(nn.Module):
     def stage(self, i: int, x: Tensor) -> Tensor:
         # No graph in frozen stages: nothing before them needs gradients.
         grad = torch.no_grad() if i < self.frozen_stages else contextlib.nullcontext()
-        if self.fp32 and torch.is_autocast_enabled(x.device.type):
-            # Depthwise convolutions run slower in bf16 than in fp32 on CPUs (docs/benchmarks.md).
+        cpu = x.device.type == "cpu"
+        if self.spec.depthwise and cpu and torch.is_autocast_enabled("cpu"):
+            # Depthwise convolutions run slower in bf16 than in fp32 on CPUs (docs/benchmarks.md):
+            # a run-time choice of this device, not part of the model's description.
             with grad, torch.autocast(x.device.type, enabled=False):
                 return self.spec.stage(self.net, i, x.float())
         with grad:
@@ -200,11 +200,10 @@ def _validate(columns: list[ColumnConfig], exchange_stages: list[int]) -> None:
                     f"(the stages of {spec.backbone})"
                 )
             continue
-        if spec.frozen_stages or spec.fp32:
+        if spec.frozen_stages:
             raise ConfigError(
-                f"{where}: frozen_stages={spec.frozen_stages} and fp32={spec.fp32} apply to a "
-                "pretrained backbone column only (backbone=...); a from-scratch column takes 0 "
-                "and false"
+                f"{where}: frozen_stages={spec.frozen_stages} applies to a pretrained backbone "
+                "column only (backbone=...); a from-scratch column takes 0"
             )
         if len(spec.widths) != len(spec.blocks) or len(spec.widths) < 2:
             raise ConfigError(
@@ -247,7 +246,6 @@ class MultiColumnSegNet(SegmentationModel):
         num_classes: int = 2,
         exchange_stages: list[int] | None = None,
         decoder_channels: int = 32,
-        decoder_stride: int = 4,
         aux_heads: bool = False,
         channels_last: bool = True,
     ) -> None:
@@ -265,17 +263,14 @@ class MultiColumnSegNet(SegmentationModel):
                 self._extra_in(j, num_stages),
                 spec.freeze_bn,
                 spec.frozen_stages,
-                spec.fp32,
             )
             if spec.backbone
             else Column(spec.widths, spec.blocks, extra_in=self._extra_in(j, num_stages))
             for j, spec in enumerate(columns)
         )
-        # By default the first stage (stride 2) stays out of the decoder: its maps have four
-        # times the positions of stride 4. decoder_stride=2 joins it too (finer boundaries).
-        if decoder_stride not in (2, 4):
-            raise ConfigError(f"decoder_stride must be 2 or 4, got {decoder_stride}")
-        self.first_level = 0 if decoder_stride == 2 else 1
+        # The first stage (stride 2) stays out of the decoder: its maps have four times the
+        # positions of stride 4 (joining it gained nothing: docs/notes, "decoder at stride 2").
+        self.first_level = 1
         level_channels = [
             sum(c.widths[i] for c in columns) for i in range(self.first_level, num_stages)
         ]
