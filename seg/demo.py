@@ -45,7 +45,7 @@ from seg.checkpoint import CheckpointError, checkpoint_file, load_checkpoint
 from seg.config import TTA, AlphaMode, Config, DemoConfig, OutputKind, to_config
 from seg.data.io import MAX_IMAGE_PIXELS, BadSampleError, read_image
 from seg.errors import ConfigError, MissingFileError, UserError
-from seg.inference.backend import inference_threads, load_inference_model
+from seg.inference.backend import load_inference_model
 from seg.inference.media import IMAGE_EXTENSIONS, write_image
 from seg.inference.prediction import Cancelled, OutputSpec, predict_video
 from seg.inference.predictor import Prediction, Predictor, build_predictor
@@ -184,9 +184,7 @@ class Models:
         self, label: str, images: list[np.ndarray], flip: bool, scales: bool
     ) -> list[Prediction]:
         """The predictor's :class:`Prediction` of each image."""
-        predictor = self.predictor(label, flip, scales)
-        with inference_threads(predictor.model):
-            return predictor(images)
+        return self.predictor(label, flip, scales)(images)
 
 
 def read_photo(path: str | Path, name: str, max_pixels: int = 0) -> np.ndarray:
@@ -247,8 +245,7 @@ def segment_video(
         alpha=opts.alpha, background=Background(opts.background), blur_sigma=opts.blur_sigma
     )
     spec = OutputSpec(out_dir, [kind], render_opts, video_ext=".webm")
-    with inference_threads(predictor.model):
-        summary = predict_video(predictor, Path(path), spec, batch_size=4, progress=True, stop=stop)
+    summary = predict_video(predictor, Path(path), spec, batch_size=4, progress=True, stop=stop)
     return Path(summary["written"][0])
 
 

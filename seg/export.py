@@ -1,6 +1,6 @@
 """``scripts/export.py``: a checkpoint to an ONNX file, checked against PyTorch in ONNX Runtime
 on real images before it takes its name. The graph, its metadata and the check itself live in
-``seg.inference.onnx`` (the ONNX Runtime backend of prediction and evaluation uses them too).
+``seg.inference.graph`` (the ONNX Runtime backend of prediction and evaluation uses it too).
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from seg.config import Config, ExportConfig
 from seg.data.io import read_image
 from seg.data.transforms import check_aug_config
 from seg.errors import ConfigError, DataError
-from seg.inference.onnx import (
-    AXES,
+from seg.inference.cache import (
     EXPORT_KEY,
+    export_key,
+)
+from seg.inference.graph import (
+    AXES,
     INPUT_NAME,
     OUTPUT_NAME,
     ExportCheck,
@@ -28,10 +31,11 @@ from seg.inference.onnx import (
     LogitsOnly,
     compare_with_onnx,
     cpu_copy,
-    export_key,
     export_onnx,
     image_batches,
     model_metadata,
+)
+from seg.inference.runtime import (
     onnx_session,
 )
 

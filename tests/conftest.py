@@ -101,7 +101,7 @@ def tiny_run(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     from seg.checkpoint import load_model_from_checkpoint
     from seg.config import compose_config
     from seg.engine.train import train
-    from seg.inference.onnx import cached_export
+    from seg.inference.cache import cached_export
 
     root = tmp_path_factory.mktemp("tiny_run")
     data = make_folder_subset(vikram_pairs, root / "data")
@@ -148,7 +148,7 @@ def exported_tiny(
     hit. Read only: copy it with ``tiny_checkpoint``."""
     from seg.checkpoint import save_checkpoint
     from seg.config import config_to_dict
-    from seg.inference.onnx import export_key
+    from seg.inference.cache import export_key
 
     model, cfg = tiny_model
     root = tmp_path_factory.mktemp("exported")
@@ -181,7 +181,7 @@ def fast_export(exported_tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``export_onnx`` writes a copy of ``exported_tiny``'s export (the dynamo export of the same
     weights) instead of exporting again: for tests of what happens around an export of
     ``tiny_model``'s checkpoint (caching, temporary files, checks), not of the export itself."""
-    from seg.inference import onnx as onnx_mod
+    from seg.inference import graph
 
     (export,) = exported_tiny.parent.glob("*.onnx")
 
@@ -189,4 +189,4 @@ def fast_export(exported_tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         shutil.copyfile(export, path)
         return Path(path)
 
-    monkeypatch.setattr(onnx_mod, "export_onnx", copy_export)
+    monkeypatch.setattr(graph, "export_onnx", copy_export)

@@ -19,20 +19,19 @@ from seg.data import list_source
 from seg.data.transforms import build_eval_transform
 from seg.inference import backend as backend_mod
 from seg.inference import build_predictor, quantize, run_predict
-from seg.inference import onnx as onnx_mod
-from seg.inference.backend import choose_backend, inference_threads, load_inference_model
-from seg.inference.onnx import (
+from seg.inference import cache as onnx_mod
+from seg.inference import graph as graph_mod
+from seg.inference.backend import choose_backend, load_inference_model
+from seg.inference.cache import cached_export
+from seg.inference.graph import (
     INPUT_NAME,
     OUTPUT_NAME,
     ExportCheck,
     ExportMismatchError,
-    OnnxRuntimeModel,
-    UnreadableOnnxError,
-    cached_export,
     compare_with_onnx,
     image_batches,
-    onnx_session,
 )
+from seg.inference.runtime import OnnxRuntimeModel, UnreadableOnnxError, onnx_session
 from seg.models.deploy import AutocastModel
 
 pytest.importorskip("onnxruntime")
@@ -81,7 +80,7 @@ def test_the_export_is_cached_by_the_checkpoints_content(checkpoint, monkeypatch
     def no_export(*args, **kwargs):
         raise AssertionError("the cached export should have been reused")
 
-    monkeypatch.setattr(onnx_mod, "export_onnx", no_export)
+    monkeypatch.setattr(graph_mod, "export_onnx", no_export)
     assert cached_export(checkpoint, model, cfg) == first
     monkeypatch.undo()
 
@@ -317,11 +316,11 @@ def test_int8_is_calibrated_on_photos_cached_and_agrees_with_fp32(
         (tmp_path / "calibration" / name.name).write_bytes(name.read_bytes())
     model, cfg = load_model_from_checkpoint(checkpoint)
     with pytest.raises(ExportMismatchError, match=r"int8 model of .*best.pt agrees with PyTorch"):
-        quantize.cached_int8(checkpoint, model, cfg, folder, min_agreement=1.0)
+        onnx_mod.cached_int8(checkpoint, model, cfg, folder, min_agreement=1.0)
     assert not list(checkpoint.parent.glob("*int8*"))
     stale = checkpoint.parent / "best.0123456789abcdef.int8.01234567.onnx"
     stale.write_bytes(b"an older checkpoint's int8 file")
-    path = quantize.cached_int8(checkpoint, model, cfg, folder, min_agreement=0.95)
+    path = onnx_mod.cached_int8(checkpoint, model, cfg, folder, min_agreement=0.95)
     assert re.fullmatch(r"best\.[0-9a-f]{16}\.int8\.[0-9a-f]{8}\.onnx", path.name)
     assert not stale.exists()
     ops = quantize.int8_ops(path)
@@ -354,7 +353,7 @@ def test_int8_is_calibrated_on_photos_cached_and_agrees_with_fp32(
     assert compare_with_onnx(model, theirs_exact, batches).mask_agreement >= 0.95
 
     monkeypatch.setattr(quantize, "quantize_int8", lambda *a: pytest.fail("not reused"))
-    assert quantize.cached_int8(checkpoint, model, cfg, folder) == path
+    assert onnx_mod.cached_int8(checkpoint, model, cfg, folder) == path
     int8, _ = load_inference_model(checkpoint, "auto", "cpu", precision="int8", calibration=folder)
     assert int8.path == path
     torch_model, _ = load_inference_model(checkpoint, "torch", "cpu")
@@ -376,23 +375,23 @@ def test_a_swapped_int8_file_is_detected_by_its_metadata_and_made_again(
     for name in sorted((vikram_pairs / "Training_Images").iterdir())[:4]:
         (folder / name.name).write_bytes(name.read_bytes())
     model, cfg = load_model_from_checkpoint(checkpoint)
-    path = quantize.cached_int8(checkpoint, model, cfg, str(folder), min_agreement=0.9)
+    path = onnx_mod.cached_int8(checkpoint, model, cfg, str(folder), min_agreement=0.9)
     digest = path.name.split(".")[-2]
-    expected = {onnx_mod.EXPORT_KEY: onnx_mod.export_key(checkpoint), quantize.INT8_KEY: digest}
+    expected = {onnx_mod.EXPORT_KEY: onnx_mod.export_key(checkpoint), onnx_mod.INT8_KEY: digest}
     assert {k: onnx_mod.stored_metadata(path)[k] for k in expected} == expected
     good = path.read_bytes()
 
     other_checkpoint = tmp_path / "other.onnx"  # the same graph, named for another checkpoint
     other_checkpoint.write_bytes(good)
-    quantize._add_metadata(other_checkpoint, {onnx_mod.EXPORT_KEY: "0123456789abcdef"})
+    onnx_mod._add_metadata(other_checkpoint, {onnx_mod.EXPORT_KEY: "0123456789abcdef"})
     other_calibration = tmp_path / "calibrated.onnx"  # seg.int8 of other photos
     other_calibration.write_bytes(good)
-    quantize._add_metadata(other_calibration, {quantize.INT8_KEY: "01234567"})
+    onnx_mod._add_metadata(other_calibration, {onnx_mod.INT8_KEY: "01234567"})
     for swapped in (other_checkpoint, other_calibration):
         path.write_bytes(swapped.read_bytes())
         caplog.clear()
         with caplog.at_level("WARNING"):
-            again = quantize.cached_int8(checkpoint, model, cfg, str(folder), min_agreement=0.9)
+            again = onnx_mod.cached_int8(checkpoint, model, cfg, str(folder), min_agreement=0.9)
         assert again == path
         assert "is not the int8 model of" in caplog.text and "quantising it again" in caplog.text
         assert {k: onnx_mod.stored_metadata(path)[k] for k in expected} == expected
@@ -422,13 +421,20 @@ def test_onnxruntime_runs_beside_one_torch_thread(checkpoint):
     OpenMP threads would take the cores from ONNX Runtime's); the count is restored after."""
     before = torch.get_num_threads()
     model, cfg = load_inference_model(checkpoint, "onnxruntime", "cpu")
-    build_predictor(model, cfg, "cpu")
-    with inference_threads(model):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
+    predictor = build_predictor(model, cfg, "cpu")
+    seen = []
+    real = model.session.run
+
+    def run(*args, **kwargs):  # the network's call, inside the predictor's work
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    model.session.run = run
+    predictor([np.zeros((40, 30, 3), np.uint8)])
+    assert seen == [1] and torch.get_num_threads() == before
     torch_model, _ = load_inference_model(checkpoint, "torch", "cpu")
-    build_predictor(torch_model, cfg, "cpu")
-    with inference_threads(torch_model):
+    eager = build_predictor(torch_model, cfg, "cpu")
+    with eager.threads():
         assert torch.get_num_threads() == before
 
 

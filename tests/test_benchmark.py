@@ -264,7 +264,7 @@ def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypa
     import weakref
 
     from seg.benchmark import inference
-    from seg.inference.onnx import OnnxRuntimeModel
+    from seg.inference.runtime import OnnxRuntimeModel
 
     made = weakref.WeakSet()  # every ONNX Runtime model made, while it is alive
     init = OnnxRuntimeModel.__init__

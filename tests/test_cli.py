@@ -16,7 +16,7 @@ from seg.checkpoint import CheckpointError
 from seg.cli import run_script
 from seg.data.io import BadSampleError
 from seg.errors import ConfigError, MissingFileError
-from seg.inference.onnx import ExportMismatchError
+from seg.inference.graph import ExportMismatchError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ calibrated here on random inputs: the latency does not depend on the ranges); th
 network, logits resized to the photo, mask and probability), from uint8 photos of the input
 size. Each row runs after an untimed warm-up (the first calls pay for allocation and, in ONNX
 Runtime, graph planning). ONNX Runtime rows run with one torch thread, as
-prediction and evaluation run it (``seg.inference.backend.inference_threads``).
+prediction and evaluation run it (``OnnxRuntimeModel.threads_for_torch``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import torch
 from seg.benchmark.models import ModelBenchSettings, load_config, split_model_spec
 from seg.data.transforms import build_eval_transform
 from seg.devices import native_bf16
-from seg.inference.backend import torch_threads
-from seg.inference.onnx import OnnxRuntimeModel, export_onnx
+from seg.inference.graph import export_onnx
 from seg.inference.predictor import Predictor, Scale
 from seg.inference.quantize import quantize_int8
+from seg.inference.runtime import OnnxRuntimeModel, torch_threads
 from seg.models import build_model
 from seg.models.deploy import AutocastModel, deploy_model
 

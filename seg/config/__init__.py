@@ -32,18 +32,18 @@ from seg.config.data import (
     check_aug_config_ranges,
 )
 from seg.config.demo import DemoConfig, compose_demo_config
-from seg.config.evaluate import (
-    TTA,
-    Backend,
-    EvalConfig,
-    InferencePrecision,
-    RefineConfig,
-    SlideConfig,
-    check_eval_config,
-    compose_eval_config,
-)
+from seg.config.evaluate import EvalConfig, check_eval_config, compose_eval_config
 from seg.config.export import ExportConfig
 from seg.config.fields import flatten_config, incidental
+from seg.config.inference import (
+    TTA,
+    Backend,
+    InferenceOptions,
+    InferencePrecision,
+    PredictorOptions,
+    RefineConfig,
+    SlideConfig,
+)
 from seg.config.model import ColumnConfig, ModelConfig, UNetConfig
 from seg.config.predict import (
     AlphaMode,
@@ -83,6 +83,7 @@ __all__ = [
     "EvalConfig",
     "ExportConfig",
     "FolderConfig",
+    "InferenceOptions",
     "InferencePrecision",
     "Interpolation",
     "LoggingConfig",
@@ -93,6 +94,7 @@ __all__ = [
     "OptimizerName",
     "OutputKind",
     "PredictConfig",
+    "PredictorOptions",
     "RefineConfig",
     "ScheduleName",
     "SlideConfig",

@@ -7,35 +7,25 @@ photo (threshold, flip, background, ...) is a control on the page, not an option
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from omegaconf import MISSING
+from dataclasses import dataclass
 
 from seg.config.compose import compose_options
-from seg.config.evaluate import Backend, InferencePrecision, RefineConfig, SlideConfig
+from seg.config.inference import InferenceOptions, check_inference_options
 from seg.errors import ConfigError
 
 LOCALHOST = "127.0.0.1"
 
 
 @dataclass
-class DemoConfig:
-    # A checkpoint (.pt), a run folder, or a folder of run folders: the page then offers a
-    # model picker (each run with its recipe and validation figures) and a side-by-side view.
-    checkpoint: str = MISSING
+class DemoConfig(InferenceOptions):
+    """``scripts/demo.py``'s options: the shared inference options (``checkpoint``: a .pt, a
+    run folder, or a folder of run folders: the page then offers a model picker and a
+    side-by-side view), and the page's."""
+
     host: str = LOCALHOST  # 0.0.0.0 exposes the page to the network (README, "Demo page")
     port: int = 7860  # 0: a free port (the address is printed)
     examples: str | None = None  # a folder whose first `max_examples` photos are examples
     max_examples: int = 6
-    device: str = "auto"  # as predict.py's
-    column_devices: list[str] = field(default_factory=list)
-    backend: Backend = Backend.auto  # auto: ONNX Runtime on a CPU, else torch
-    threads: int = 0  # CPU threads of the backend (0: its default)
-    precision: InferencePrecision = InferencePrecision.fp32
-    calibration: str | None = None
-    # The predictor's options that the page does not offer (it offers flip and scales).
-    slide: SlideConfig = field(default_factory=SlideConfig)
-    refine: RefineConfig = field(default_factory=RefineConfig)
     webcam_fps: float = 10.0  # frames per second the browser sends at most
     max_pixels: int = 0  # a larger photo is refused with a message (0: predict.py's limit)
 
@@ -44,9 +34,9 @@ class DemoConfig:
             (0 <= self.port <= 65535, "port", self.port, "an integer in 0..65535 (0: a free one)"),
             (self.max_pixels >= 0, "max_pixels", self.max_pixels, "an integer >= 0"),
             (self.max_examples >= 0, "max_examples", self.max_examples, "an integer >= 0"),
-            (self.threads >= 0, "threads", self.threads, "an integer >= 0 (0: the default)"),
             (0 < self.webcam_fps <= 60, "webcam_fps", self.webcam_fps, "a number in (0, 60]"),
             (bool(self.host.strip()), "host", self.host, "an address such as 127.0.0.1"),
+            *check_inference_options(self),
         ]
         for ok, key, value, expected in checks:
             if not ok:

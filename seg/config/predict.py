@@ -15,14 +15,7 @@ from omegaconf import MISSING
 
 from seg.config.compose import compose_options
 from seg.config.data import BadSamplePolicy
-from seg.config.evaluate import (
-    TTA,
-    Backend,
-    InferencePrecision,
-    RefineConfig,
-    SlideConfig,
-    check_predictor_options,
-)
+from seg.config.inference import PredictorOptions, check_predictor_options
 from seg.errors import ConfigError
 
 
@@ -40,27 +33,14 @@ class AlphaMode(str, Enum):
 
 
 @dataclass
-class PredictConfig:
-    checkpoint: str = MISSING  # a checkpoint written by the training engine
+class PredictConfig(PredictorOptions):
+    """``scripts/predict.py``'s options: the shared inference options, and what to read and
+    write."""
+
     input: str = MISSING  # an image, a folder (its images and videos) or a video
     out: str = "outputs/predict"  # folder for <name>_<kind>.<ext>
     outputs: list[OutputKind] = field(default_factory=lambda: [OutputKind.mask, OutputKind.overlay])
     batch_size: int = 8
-    device: str = "auto"  # cuda if available, else mps, else cpu; or cpu | cuda | cuda:N | mps
-    # One device per column ([cuda:0,cuda:1]) to split a multi-column model over GPUs as in
-    # training; empty: the whole model on `device`.
-    column_devices: list[str] = field(default_factory=list)
-    backend: Backend = Backend.auto  # auto | torch | onnxruntime (see evaluate.py's Backend)
-    threads: int = 0  # CPU threads of the backend (0: torch's / ONNX Runtime's default)
-    # fp32 | int8 (ONNX Runtime, calibrated on training photos) | bf16 | fp16 (eager PyTorch
-    # under autocast): docs/evaluation.md, "Backends"
-    precision: InferencePrecision = InferencePrecision.fp32
-    calibration: str | None = None  # int8: a folder of photos; null: the training photos
-    # The predictor's options, as evaluate.py's (docs/evaluation.md, "Options")
-    tta: list[TTA] = field(default_factory=list)  # [] or [flip] (twice the compute)
-    scales: list[float] = field(default_factory=lambda: [1.0])  # of eval_size; softmax averaged
-    slide: SlideConfig = field(default_factory=SlideConfig)
-    refine: RefineConfig = field(default_factory=RefineConfig)  # refine.guided=true: on
     alpha: AlphaMode = AlphaMode.hard  # of cutout, blur and replace
     # replace: an image file (resized to cover each image, centre-cropped) or a colour:
     # a name (green, white, ...), "#RRGGBB" or "R,G,B".
@@ -81,7 +61,6 @@ def check_predict_config(cfg: PredictConfig) -> None:
     checks = [
         (len(cfg.outputs) > 0, "outputs", cfg.outputs, "at least one of " + _names(OutputKind)),
         (cfg.batch_size >= 1, "batch_size", cfg.batch_size, "an integer >= 1"),
-        (cfg.threads >= 0, "threads", cfg.threads, "an integer >= 0 (0: the default)"),
         (0 < cfg.blur_sigma <= 1, "blur_sigma", cfg.blur_sigma, "a number in (0, 1]"),
         (0 <= cfg.overlay_opacity <= 1, "overlay_opacity", cfg.overlay_opacity, "in [0, 1]"),
         (1 <= cfg.jpeg_quality <= 100, "jpeg_quality", cfg.jpeg_quality, "an integer in 1..100"),
@@ -92,7 +71,7 @@ def check_predict_config(cfg: PredictConfig) -> None:
             "3 integers in 0..255 (R, G, B)",
         ),
         (len(set(cfg.outputs)) == len(cfg.outputs), "outputs", cfg.outputs, "no repeats"),
-        *check_predictor_options(cfg.tta, cfg.scales, cfg.slide, cfg.refine),
+        *check_predictor_options(cfg),
     ]
     for ok, key, value, expected in checks:
         if not ok:

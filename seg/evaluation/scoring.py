@@ -40,7 +40,7 @@ from seg.evaluation.report import (
 )
 from seg.evaluation.samples import Item, list_items, raw_loader
 from seg.fileio import write_json, write_text
-from seg.inference.backend import inference_threads, load_for
+from seg.inference.backend import load_for
 from seg.inference.media import write_image
 from seg.inference.predictor import Predictor, predictor_from_options
 from seg.metrics import SegMetrics
@@ -288,10 +288,9 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     predictor = predictor_from_options(model, train_cfg, cfg)
     owns_group = not du.is_distributed()  # a caller's process group is left alone
     du.init_distributed(predictor.model.devices)
-    with inference_threads(predictor.model):
-        try:
-            result = _score(cfg, predictor, items, train_cfg, data_name, out_dir, started)
-        finally:
-            if owns_group:
-                du.destroy_distributed()
+    try:
+        result = _score(cfg, predictor, items, train_cfg, data_name, out_dir, started)
+    finally:
+        if owns_group:
+            du.destroy_distributed()
     return {**result, "out_dir": str(out_dir), "table": format_table(result)}

@@ -6,21 +6,19 @@ Apple MPS, and wherever columns are split over devices."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
-from seg.config import Backend, Config, EvalConfig, InferencePrecision, PredictConfig
+from seg.config import Backend, Config, InferenceOptions, InferencePrecision
 from seg.devices import resolve_devices, warn_if_emulated_bf16
 from seg.errors import ConfigError
-from seg.inference.onnx import OnnxRuntimeModel, UnreadableOnnxError, cached_export
-from seg.inference.quantize import cached_int8
+from seg.inference.cache import runtime_model
 from seg.models.deploy import AutocastModel, deploy_model
 
 log = logging.getLogger(__name__)
@@ -109,33 +107,18 @@ def load_inference_model(
     precision = InferencePrecision(precision)
     chosen = choose_backend(backend, device, column_devices, precision)
     model, cfg = load_model_from_checkpoint(path, device="cpu")
+    if chosen is Backend.onnxruntime:  # it owns its threads (seg.inference.runtime)
+        return runtime_model(path, model, cfg, precision, calibration, threads), cfg
     if threads > 0:
         torch.set_num_threads(threads)
-    if chosen is Backend.onnxruntime:
-        int8 = precision is InferencePrecision.int8
-
-        def graph() -> Path:
-            return (
-                cached_int8(path, model, cfg, calibration)
-                if int8
-                else cached_export(path, model, cfg)
-            )
-
-        cached = graph()
-        try:
-            return OnnxRuntimeModel(cached, threads), cfg
-        except UnreadableOnnxError as err:
-            # The cache is written atomically, so only outside damage gets here.
-            log.warning("%s: exporting it again", err)
-            cached.unlink(missing_ok=True)
-        return OnnxRuntimeModel(graph(), threads), cfg
     deployed = deploy_model(model)
     dtype = HALF.get(precision)
     return (deployed if dtype is None else AutocastModel(deployed, dtype)), cfg
 
 
-def load_for(cfg: EvalConfig | PredictConfig) -> tuple[Any, Config]:
-    """:func:`load_inference_model` with the options of ``evaluate.py`` or ``predict.py``."""
+def load_for(cfg: InferenceOptions) -> tuple[Any, Config]:
+    """:func:`load_inference_model` with the options of ``evaluate.py``, ``predict.py`` or
+    ``demo.py``."""
     return load_inference_model(
         cfg.checkpoint,
         cfg.backend,
@@ -145,27 +128,3 @@ def load_for(cfg: EvalConfig | PredictConfig) -> tuple[Any, Config]:
         cfg.precision,
         cfg.calibration,
     )
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """torch's intra-op threads at ``n`` inside the block (None: unchanged), restored after."""
-    before = torch.get_num_threads()
-    if n is not None and n != before:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
-
-
-def inference_threads(model: Any) -> contextlib.AbstractContextManager[None]:
-    """One torch thread while a placed ONNX Runtime model runs on a CPU, else unchanged.
-
-    After each parallel op torch's OpenMP threads spin-wait for the next one and take the cores
-    from ONNX Runtime's own pool: that doubled its latency (6.1 -> 13.1 ms median, 7.1 -> 19.0
-    p90 for dual_channel at 256x256; docs/benchmarks.md, "Inference backends"). The torch work
-    beside it (padding, resizing logits to the photo's size) is small."""
-    on_cpu = getattr(model, "backend", "torch") == "onnxruntime" and model.devices[0].type == "cpu"
-    return torch_threads(1 if on_cpu else None)

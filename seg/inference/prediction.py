@@ -22,7 +22,6 @@ from seg.config import BadSamplePolicy, Config, OutputKind, PredictConfig
 from seg.data.batching import pixel_batches
 from seg.data.io import BadSampleError, header_pixels, read_image
 from seg.errors import ConfigError
-from seg.inference.backend import inference_threads
 from seg.inference.media import (
     Inputs,
     UnreadableVideo,
@@ -230,8 +229,7 @@ def run_predict(cfg: PredictConfig, model: nn.Module, train_cfg: Config) -> dict
     for video in inputs.videos:  # fail before any work is done
         check_video_outputs(video, spec.kinds)
     predictor = predictor_from_options(model, train_cfg, cfg)
-    with inference_threads(predictor.model):
-        return _predict_all(cfg, predictor, inputs, spec)
+    return _predict_all(cfg, predictor, inputs, spec)
 
 
 def _predict_all(

@@ -16,17 +16,17 @@ on the photo's edges.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seg.config import PERSON, TTA, Config, RefineConfig, SlideConfig
+from seg.config import PERSON, TTA, Config, PredictorOptions
 from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
@@ -232,14 +232,21 @@ class Predictor:
     def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
         return list(self.predictions(images))
 
+    def threads(self) -> contextlib.AbstractContextManager[None]:
+        """The backend's thread policy for the predictor's own torch work (an ONNX Runtime
+        model's :meth:`~seg.inference.runtime.OnnxRuntimeModel.threads_for_torch`)."""
+        policy = getattr(self.model, "threads_for_torch", None)
+        return policy() if policy is not None else contextlib.nullcontext()
+
     def predictions(self, images: Sequence[np.ndarray]) -> Iterator[Prediction]:
         """Each image's :class:`Prediction`, in order, made at full size only when it is
         asked for: one batch through the network, then one image's full-size maps at a time
         (what a caller that writes each result before the next needs)."""
-        with torch.inference_mode():
+        with torch.inference_mode(), self.threads():
             logits = self._scale_logits(images)
         for image, items in zip(images, logits, strict=True):
-            with torch.inference_mode():  # left before the yield: the caller's code is its own
+            # Both left before the yield: the caller's code is its own.
+            with torch.inference_mode(), self.threads():
                 prob = torch.empty(image.shape[:2])
                 mask = torch.empty(image.shape[:2], dtype=torch.bool)
                 for start, stop, p in self._bands(image, items, BAND_VALUES):
@@ -252,6 +259,10 @@ class Predictor:
         """uint8 (H, W) class maps (the argmax of :meth:`probabilities`), on the CPU, computed
         band by band: the full-size floats in memory at any time are ``max_values`` per scale,
         whatever the photo's size."""
+        with self.threads():
+            return self._labels(images, max_values)
+
+    def _labels(self, images: Sequence[np.ndarray], max_values: int) -> list[Tensor]:
         out = []
         for image, items in zip(images, self._scale_logits(images), strict=True):
             if items[0].shape[0] > 255:  # uint8 labels, 255 being the ignore index
@@ -266,6 +277,10 @@ class Predictor:
     def probabilities(self, images: Sequence[np.ndarray]) -> list[Tensor]:
         """(K, H, W) float32 probabilities on ``self.device``: K maps of each image's full
         size (:meth:`labels` and :meth:`predictions` need a few bytes per pixel instead)."""
+        with self.threads():
+            return self._probabilities(images)
+
+    def _probabilities(self, images: Sequence[np.ndarray]) -> list[Tensor]:
         out = []
         for image, items in zip(images, self._scale_logits(images), strict=True):
             full = items[0].new_empty(items[0].shape[0], *image.shape[:2])
@@ -310,17 +325,6 @@ def build_predictor(
         views.append(Scale(size, build_eval_transform(aug)))
     flip = TTA.flip in [TTA(t) for t in tta]
     return Predictor(model, views, flip, window, stride, refine, eval_size)
-
-
-class PredictorOptions(Protocol):
-    """The options ``predict.py`` and ``evaluate.py`` share (PredictConfig, EvalConfig)."""
-
-    device: str
-    column_devices: list[str]
-    tta: list[TTA]
-    scales: list[float]
-    slide: SlideConfig
-    refine: RefineConfig
 
 
 def predictor_from_options(

@@ -21,55 +21,40 @@ Runtime's quantisation guide recommends for such CPUs: exact, for 0.1-0.5 points
 CPU makes and caches its own file (the settings are part of its name), so a run folder that
 moves between machines never runs a file made for the other kind.
 
-The int8 file is cached beside the fp32 export as ``<stem>.<key>.int8.<digest>.onnx``: the key
-is the fp32 export's (the checkpoint's content and the exporter), ``digest`` one of the
-quantisation settings (``int8_settings``) and the calibration files' names and sizes. Both are
-in its metadata too (``seg.export_key``, kept from the fp32 file, and ``seg.int8``) and checked
-on every use, as the fp32 export's key is: a file of another checkpoint or calibration under
-this name (copied, swapped) is replaced, never run. Before it takes its name it must agree with
-PyTorch on the argmax of ``INT8_MIN_AGREEMENT`` of the calibration photos' pixels; its
-accuracy on the test splits is measured in docs/benchmarks.md ("int8").
-"""
+The int8 file (``seg.inference.cache.cached_int8``) is cached beside the fp32 export as
+``<stem>.<key>.int8.<digest>.onnx``: the key is the fp32 export's (the checkpoint's content and
+the exporter), ``digest`` one of the quantisation settings (``int8_settings``) and the
+calibration files' names and sizes. Both are in its metadata too (``seg.export_key``, kept from
+the fp32 file, and ``seg.int8``) and checked on every use, as the fp32 export's key is: a file
+of another checkpoint or calibration under this name (copied, swapped) is replaced, never run.
+Before it takes its name it must agree with PyTorch on the argmax of ``INT8_MIN_AGREEMENT`` of
+the calibration photos' pixels; its accuracy on the test splits is measured in
+docs/benchmarks.md ("int8")."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch import Tensor, nn
+from torch import Tensor
 
-from seg.config import Config, DataConfig
+from seg.config import DataConfig
 from seg.data import list_source, train_source_names
-from seg.data.io import read_image
-from seg.data.transforms import check_aug_config
 from seg.devices import cpu_has_vnni, x86_cpu
 from seg.errors import ConfigError, DataError
 from seg.fileio import temp_beside
+from seg.inference.graph import INPUT_NAME
 from seg.inference.media import IMAGE_EXTENSIONS
-from seg.inference.onnx import (
-    EXPORT_KEY,
-    INPUT_NAME,
-    ExportMismatchError,
-    cached_export,
-    compare_with_onnx,
-    export_key,
-    image_batches,
-    onnx_session,
-    remove_stale,
-    stored_metadata,
-)
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_PHOTOS = 64
-INT8_KEY = "seg.int8"  # metadata: the calibration digest of the file's name
 INT8_MIN_AGREEMENT = 0.98  # argmax agreement with PyTorch on the calibration photos
 
 
@@ -182,75 +167,6 @@ def quantize_int8(
     finally:
         prepared.unlink(missing_ok=True)
     return out
-
-
-def cached_int8(
-    checkpoint: Path,
-    model: nn.Module,
-    cfg: Config,
-    calibration: str | None = None,
-    min_agreement: float = INT8_MIN_AGREEMENT,
-) -> Path:
-    """The int8 ONNX file of ``checkpoint`` (see the module docstring): made and checked the
-    first time (argmax agreement with PyTorch >= ``min_agreement`` on the calibration photos),
-    reused after. ``calibration``: a folder of photos, or None for the training photos of
-    ``cfg.data``."""
-    fp32 = cached_export(checkpoint, model, cfg)
-    files = folder_photos(calibration) if calibration else training_photos(cfg.data)
-    settings = int8_settings()
-    digest = calibration_digest(files, settings)
-    path = fp32.with_name(f"{fp32.stem}.int8.{digest}.onnx")
-    if path.is_file():
-        expected = {EXPORT_KEY: export_key(checkpoint), INT8_KEY: digest}
-        stored = stored_metadata(path)
-        if stored is None:  # unreadable: ONNX Runtime names it, load_inference_model redoes it
-            return path
-        found = {k: stored.get(k, "none") for k in expected}
-        if found == expected:
-            return path
-        log.warning(
-            "%s is not the int8 model of %s with these calibration photos (its metadata says "
-            "%s, expected %s): quantising it again",
-            path,
-            checkpoint,
-            found,
-            expected,
-        )
-        path.unlink(missing_ok=True)
-    log.info("quantising %s to int8 with %d calibration photos", fp32.name, len(files))
-    size = check_aug_config(cfg.aug).eval_size
-    photos = [read_image(f) for f in files]
-    batches = image_batches(photos, cfg.aug, [size] * len(photos), [1] * len(photos))
-    tmp = temp_beside(path)
-    try:
-        quantize_int8(fp32, tmp, batches, settings)
-        _add_metadata(tmp, {INT8_KEY: digest})
-        check = compare_with_onnx(model, onnx_session(tmp), batches)
-        if check.mask_agreement < min_agreement:
-            raise ExportMismatchError(
-                f"the int8 model of {checkpoint} agrees with PyTorch on {check.mask_agreement:.4f} "
-                f"of the calibration photos' pixels (at least {min_agreement} expected); "
-                "use precision=fp32"
-            )
-        log.info(
-            "int8 model agrees with PyTorch on %.4f of the calibration photos' pixels",
-            check.mask_agreement,
-        )
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    remove_stale(path, checkpoint, r"\.int8\.[0-9a-f]{8}\.onnx")  # other calibrations stay
-    return path
-
-
-def _add_metadata(path: Path, values: dict[str, str]) -> None:
-    """Add ``values`` to the metadata of the ONNX file ``path`` (rewritten in place: a
-    temporary file not yet under its final name)."""
-    import onnx
-
-    graph = onnx.load(str(path))
-    onnx.helper.set_model_props(graph, {**{p.key: p.value for p in graph.metadata_props}, **values})
-    onnx.save(graph, str(path))
 
 
 def int8_ops(path: Path) -> dict[str, Any]:

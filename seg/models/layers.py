@@ -57,7 +57,7 @@ class SegmentationModel(nn.Module):
     to ``devices[0]``). Subclasses whose parts live on several devices override it.
     """
 
-    backend = "torch"  # what runs it (seg.inference.onnx.OnnxRuntimeModel says onnxruntime)
+    backend = "torch"  # what runs it (seg.inference.runtime.OnnxRuntimeModel says onnxruntime)
 
     def __init__(self, channels_last: bool) -> None:
         super().__init__()
