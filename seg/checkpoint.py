@@ -23,11 +23,11 @@ from torch import nn
 
 from seg.config import Config, to_config
 from seg.config.compose import RETIRED_KEYS
-from seg.errors import UserError
+from seg.errors import MissingFileError, UserError
 from seg.fileio import atomic_path
 from seg.metrics.keys import TRAIN_SOURCES, MetricKey, parse_metric_key
 from seg.models import build_model
-from seg.runs import BEST, RunLayout
+from seg.runs import BEST, CHECKPOINTS, RunLayout
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -261,3 +261,30 @@ def load_model_from_checkpoint(
     except RuntimeError as err:
         raise CheckpointError(f"the weights in {path} do not fit its model config: {err}") from err
     return model.place([torch.device(device)] * model.num_columns).eval(), cfg
+
+
+def find_runs(path: str | Path) -> dict[str, Path]:
+    """``{label: checkpoint file}``: ``path`` itself (a checkpoint or a run folder), or else
+    every run folder in it (a folder with ``checkpoints/best.pt``), sorted by name."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise MissingFileError(f"checkpoint={path}: no such file or folder")
+    if root.is_file():
+        run = root.parent.parent if root.parent.name == CHECKPOINTS else root.parent
+        return {f"{run.name}/{root.name}": root}
+    try:
+        return {root.name: checkpoint_file(root)}
+    except CheckpointError:
+        pass
+    runs = {}
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+        try:
+            runs[sub.name] = checkpoint_file(sub)
+        except CheckpointError:
+            continue
+    if not runs:
+        raise CheckpointError(
+            f"checkpoint={path}: neither a checkpoint nor a run folder, and no run folder (one "
+            "with checkpoints/best.pt) in it"
+        )
+    return runs

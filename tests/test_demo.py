@@ -371,7 +371,7 @@ def _demo_cfg(checkpoint: Path, **overrides: object):
 
 def test_find_runs_takes_a_checkpoint_a_run_or_a_folder_of_runs(exported_tiny: Path, tmp_path):
     from seg.checkpoint import CheckpointError
-    from seg.demo import find_runs
+    from seg.checkpoint import find_runs
     from seg.errors import MissingFileError
 
     run = exported_tiny.parents[1]  # run/checkpoints/best.pt
@@ -391,7 +391,7 @@ def test_find_runs_takes_a_checkpoint_a_run_or_a_folder_of_runs(exported_tiny: P
 
 def test_run_card_shows_the_recipe_and_the_validation_figures(tiny_run: Path) -> None:
     from seg.checkpoint import load_checkpoint
-    from seg.demo import run_card
+    from seg.evaluation.report import run_summary as run_card
 
     checkpoint = tiny_run / "checkpoints" / "last.pt"
     card = run_card(checkpoint)

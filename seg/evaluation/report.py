@@ -15,12 +15,13 @@ from typing import Any
 
 import torch
 
-from seg.config import PERSON
+from seg.checkpoint import load_checkpoint
+from seg.config import PERSON, to_config
 from seg.evaluation.selection import Selection
 from seg.fileio import write_text
 from seg.metrics import SegMetrics
 from seg.metrics.format import percent, ratio
-from seg.metrics.keys import metric_key
+from seg.metrics.keys import metric_key, metric_sources
 from seg.metrics.sizes import SIZES
 
 CSV_COLUMNS = (
@@ -264,3 +265,41 @@ def format_training_report(
 
 def _nan(x: float | None) -> float:
     return float("nan") if x is None else float(x)
+
+
+def run_summary(checkpoint: Path) -> str:
+    """Markdown: a run's recipe (from its checkpoint's config) and its validation figures at the
+    checkpoint's step (those that chose it), per source."""
+    ckpt = load_checkpoint(checkpoint, mmap=True)
+    cfg = to_config(ckpt["config"])
+    metrics = ckpt.get("metrics") or {}
+    columns = ", ".join(
+        f"{c.name}{f' ({c.backbone})' if c.backbone else ''} x{c.input_scale:g}"
+        for c in cfg.model.columns
+    )
+    lines = [
+        f"**{checkpoint.name}** of `{checkpoint.parent}`",
+        f"- model: {cfg.model.name}" + (f" [{columns}]" if cfg.model.columns else ""),
+        f"- trained: epoch {ckpt.get('epoch', '?')}, step {ckpt.get('step', '?')} of "
+        f"{cfg.trainer.epochs} epochs on {', '.join(cfg.data.sources)}"
+        + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else ""),
+        f"- evaluated at {cfg.aug.eval_size[0]}x{cfg.aug.eval_size[1]} (long x short side)",
+    ]
+    sources = metric_sources(metrics)
+    if sources:
+        lines += ["", "| validation | pixel acc | person IoU | empty px |", "|---|---|---|---|"]
+        for source in [*sources, None]:
+            empty = metrics.get(metric_key("empty_person_share", source))
+            lines.append(
+                f"| {source or 'all'} | {_pct(metrics.get(metric_key('pixel_acc', source)))} | "
+                f"{_pct(metrics.get(metric_key('iou_person', source)))} | {_pct(empty)} |"
+            )
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None or value != value else f"{100 * value:.2f}%"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None or value != value else f"{100 * value:.2f}%"

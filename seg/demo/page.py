@@ -1,129 +1,60 @@
-"""The local demo page of ``scripts/demo.py``: photos, videos and the webcam, segmented by the
+"""The demo page (``scripts/demo.py``): photos, videos and the webcam, segmented by the
 predictor and backends of ``predict.py`` (never a second inference path), in a Gradio page.
 
 Gradio is the optional extra ``pip install -e ".[demo]"``; this module imports it only in
 :func:`build_page`. What the page computes is plain functions of this module
 (:class:`Models`, :func:`segment_photo`, :func:`segment_video`, :class:`FrameRate`), so the
-browser test checks the page and these, not a copy of them.
+browser test checks the page and these, not a copy of them. The runs it offers are found by
+``seg.checkpoint.find_runs`` and summed up by ``seg.evaluation.report.run_summary``; serving
+and stopping the page: ``seg.demo.server``.
 
 A user's mistake (a corrupt or oversized photo, an unreadable video, a damaged checkpoint) is a
 ``UserError``; the page shows its message and keeps serving. Anything else is logged with its
 traceback on the server and shown as one line on the page.
-
-Stopping (:func:`serve`): SIGINT (Ctrl-C), SIGTERM or SIGHUP is caught, never obeyed mid-way
-(:class:`seg.signals.StopSignals`). The page then refuses new requests, a video being processed
-stops at its next batch, the server closes without waiting for the browsers' open connections,
-the requests still running get until ``STOP_GRACE`` seconds after the signal, and the page's
-temporary folder is removed. Leaving the rest to the interpreter's exit is what hung or aborted
-before: it joins the HTTP server for 5 s twice, then finalises while a worker thread is inside
-ONNX Runtime or OpenCV, which ends in ``FATAL: exception not rethrown`` (SIGABRT) or waits on
-that thread. ``scripts/demo.py`` therefore ends the process at once when a request is still
-running at the deadline.
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import functools
 import logging
 import os
-import shutil
-import signal
 import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seg.checkpoint import CheckpointError, checkpoint_file, load_checkpoint
-from seg.config import TTA, AlphaMode, Config, DemoConfig, OutputKind, to_config
+from seg.checkpoint import find_runs
+from seg.config import (
+    TTA,
+    AlphaMode,
+    Config,
+    DemoConfig,
+    InferenceOptions,
+    OutputKind,
+    PredictorOptions,
+)
 from seg.data.io import MAX_IMAGE_PIXELS, BadSampleError, read_image
 from seg.errors import ConfigError, MissingFileError, UserError
-from seg.inference.backend import load_inference_model
+from seg.evaluation.report import run_summary
+from seg.inference.backend import load_for
 from seg.inference.media import IMAGE_EXTENSIONS, write_image
 from seg.inference.prediction import Cancelled, OutputSpec, predict_video
-from seg.inference.predictor import Prediction, Predictor, build_predictor
-from seg.inference.refine import build_refiner
+from seg.inference.predictor import Prediction, Predictor, predictor_from_options
 from seg.inference.render import Background, RenderOptions, render
-from seg.metrics.keys import metric_key, metric_sources
-from seg.runs import CHECKPOINTS
-from seg.signals import StopSignals
 
 log = logging.getLogger(__name__)
 
-# Ctrl-C, kill / systemd / containers, a closed terminal: each stops the page cleanly.
-SERVER_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
-STOP_GRACE = 5.0  # seconds after the signal that running requests get to finish
 MULTI_SCALE = (0.75, 1.0, 1.25)  # the page's "scales" box, as docs/evaluation.md's recipe
 PHOTO_KINDS = [OutputKind.mask, OutputKind.overlay, OutputKind.cutout, OutputKind.blur]
 VIDEO_KINDS = [OutputKind.overlay, OutputKind.blur, OutputKind.replace, OutputKind.mask]
-
-
-def find_runs(path: str | Path) -> dict[str, Path]:
-    """``{label: checkpoint file}``: ``path`` itself (a checkpoint or a run folder), or else
-    every run folder in it (a folder with ``checkpoints/best.pt``), sorted by name."""
-    root = Path(path).expanduser()
-    if not root.exists():
-        raise MissingFileError(f"checkpoint={path}: no such file or folder")
-    if root.is_file():
-        run = root.parent.parent if root.parent.name == CHECKPOINTS else root.parent
-        return {f"{run.name}/{root.name}": root}
-    try:
-        return {root.name: checkpoint_file(root)}
-    except CheckpointError:
-        pass
-    runs = {}
-    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
-        try:
-            runs[sub.name] = checkpoint_file(sub)
-        except CheckpointError:
-            continue
-    if not runs:
-        raise CheckpointError(
-            f"checkpoint={path}: neither a checkpoint nor a run folder, and no run folder (one "
-            "with checkpoints/best.pt) in it"
-        )
-    return runs
-
-
-def run_card(checkpoint: Path) -> str:
-    """Markdown: a run's recipe (from its checkpoint's config) and its validation figures at the
-    checkpoint's step (those that chose it), per source."""
-    ckpt = load_checkpoint(checkpoint, mmap=True)
-    cfg = to_config(ckpt["config"])
-    metrics = ckpt.get("metrics") or {}
-    columns = ", ".join(
-        f"{c.name}{f' ({c.backbone})' if c.backbone else ''} x{c.input_scale:g}"
-        for c in cfg.model.columns
-    )
-    lines = [
-        f"**{checkpoint.name}** of `{checkpoint.parent}`",
-        f"- model: {cfg.model.name}" + (f" [{columns}]" if cfg.model.columns else ""),
-        f"- trained: epoch {ckpt.get('epoch', '?')}, step {ckpt.get('step', '?')} of "
-        f"{cfg.trainer.epochs} epochs on {', '.join(cfg.data.sources)}"
-        + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else ""),
-        f"- evaluated at {cfg.aug.eval_size[0]}x{cfg.aug.eval_size[1]} (long x short side)",
-    ]
-    sources = metric_sources(metrics)
-    if sources:
-        lines += ["", "| validation | pixel acc | person IoU | empty px |", "|---|---|---|---|"]
-        for source in [*sources, None]:
-            empty = metrics.get(metric_key("empty_person_share", source))
-            lines.append(
-                f"| {source or 'all'} | {_pct(metrics.get(metric_key('pixel_acc', source)))} | "
-                f"{_pct(metrics.get(metric_key('iou_person', source)))} | {_pct(empty)} |"
-            )
-    return "\n".join(lines)
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None or value != value else f"{100 * value:.2f}%"
 
 
 @dataclass
@@ -134,9 +65,10 @@ class Loaded:
 
 
 class Models:
-    """The runs the page offers, each loaded once on first use (as ``predict.py`` loads it:
-    ``load_inference_model`` with the page's backend options), and one predictor per
-    (flip, scales) setting. Thread-safe: Gradio runs handlers in a thread pool."""
+    """The runs the page offers, each loaded once on first use as ``predict.py`` loads it
+    (``load_for`` with the page's options), and one predictor per (flip, scales) setting, as
+    ``predict.py`` builds it (``predictor_from_options``). Thread-safe: Gradio runs handlers in
+    a thread pool."""
 
     def __init__(self, cfg: DemoConfig) -> None:
         self.cfg = cfg
@@ -153,31 +85,18 @@ class Models:
             raise ConfigError(f"model {label!r} is not one of {self.labels}")
         with self._lock:
             if label not in self._loaded:
-                c = self.cfg
-                model, train_cfg = load_inference_model(
-                    self.runs[label],
-                    c.backend,
-                    c.device,
-                    c.column_devices,
-                    c.threads,
-                    c.precision,
-                    c.calibration,
-                )
-                self._loaded[label] = Loaded(model, train_cfg)
+                options = dataclasses.replace(self.cfg, checkpoint=str(self.runs[label]))
+                self._loaded[label] = Loaded(*load_for(options))
             loaded = self._loaded[label]
             key = (flip, scales)
             if key not in loaded.predictors:
-                loaded.predictors[key] = build_predictor(
-                    loaded.model,
-                    loaded.cfg,
-                    self.cfg.device,
-                    self.cfg.column_devices,
-                    [TTA.flip] if flip else [],
-                    MULTI_SCALE if scales else (1.0,),
-                    self.cfg.slide.window,
-                    self.cfg.slide.stride,
-                    build_refiner(self.cfg.refine),
+                shared = {f.name: getattr(self.cfg, f.name) for f in fields(InferenceOptions)}
+                options = PredictorOptions(
+                    **shared,
+                    tta=[TTA.flip] if flip else [],
+                    scales=list(MULTI_SCALE if scales else (1.0,)),
                 )
+                loaded.predictors[key] = predictor_from_options(loaded.model, loaded.cfg, options)
             return loaded.predictors[key]
 
     def predict(
@@ -470,7 +389,7 @@ def build_page(
             (pred,) = models.predict(label, [image], False, False)
             views += [
                 render(OutputKind.overlay, image, pred, RenderOptions()),
-                run_card(models.runs[label]),
+                run_summary(models.runs[label]),
             ]
         return tuple(views)
 
@@ -480,8 +399,8 @@ def build_page(
             "# Person segmentation\nThe predictor of `scripts/predict.py`, on this machine."
         )
         model = gr.Dropdown(labels, value=labels[0], label="model", visible=len(labels) > 1)
-        card = gr.Markdown(run_card(models.runs[labels[0]]), elem_id="card")
-        model.change(handler(lambda label: run_card(models.runs[label])), model, card)
+        card = gr.Markdown(run_summary(models.runs[labels[0]]), elem_id="card")
+        model.change(handler(lambda label: run_summary(models.runs[label])), model, card)
         with gr.Accordion("options", open=False):
             with gr.Row():
                 threshold = gr.Slider(
@@ -561,118 +480,6 @@ def build_page(
                 on_compare, [left, right, both], [left_view, left_card, right_view, right_card]
             )
     return page
-
-
-@dataclass(frozen=True)
-class Stop:
-    """How :func:`serve` ended: the signal that stopped it and the requests still running at
-    the deadline (their threads are inside the backend: only the process's end stops them)."""
-
-    signum: int
-    running: int
-
-    @property
-    def exit_code(self) -> int:
-        """0 after Ctrl-C (the way to stop the page), else 128 + the signal's number, as a
-        process ended by it (143 for SIGTERM)."""
-        return 0 if self.signum == signal.SIGINT else 128 + self.signum
-
-
-def serve(
-    cfg: DemoConfig,
-    models: Models,
-    ready: Callable[[str], None] = print,
-    grace: float = STOP_GRACE,
-) -> Stop:
-    """Build the page and serve it on ``cfg.host``:``cfg.port`` until SIGINT, SIGTERM or
-    SIGHUP (in the main thread); ``ready`` gets the address once the server listens. Stopping
-    is described in this module's docstring; the page's temporary folder is gone on return."""
-    requests = Requests()
-    workdir = Path(tempfile.mkdtemp(prefix="seg-demo-"))
-    running = 0
-    try:
-        with StopSignals(SERVER_STOP_SIGNALS) as signals:
-            page = build_page(models, cfg, workdir, requests)
-            page.queue(default_concurrency_limit=1)  # one prediction at a time: shared cores
-            try:
-                _, url, _ = page.launch(
-                    server_name=cfg.host,
-                    server_port=cfg.port or _free_port(cfg.host),
-                    prevent_thread_lock=True,
-                    quiet=True,
-                    footer_links=[],
-                    allowed_paths=[],
-                )
-                ready(url)
-                signals.wait()
-                log.info("%s: stopping the demo page", signal.Signals(signals.signum).name)
-                # New requests are refused, videos stop at their next batch; the others get
-                # until the deadline, their answers (or "stopping") reaching their pages.
-                requests.stopping.set()
-                running = requests.wait(time.monotonic() + grace)
-            finally:
-                _close(page)
-    finally:
-        _remove(workdir)
-    if running:
-        log.warning(
-            "%d request(s) still running %.0f s after the signal: not waiting for them",
-            running,
-            grace,
-        )
-    return Stop(signals.signum, running)
-
-
-def _close(page: Any) -> None:
-    """Close Gradio's queue and HTTP server, waiting at most a second for open connections:
-    uvicorn would wait for a browser tab's as long as the tab lives, and a request still queued
-    keeps its event stream open for up to 10 s. Those it then cancels are logged as one line,
-    not as uvicorn's error and traceback per connection."""
-    if page.server is not None:
-        page.server.config.timeout_graceful_shutdown = 1
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    dropped = _DroppedConnections()
-    uvicorn_log.addFilter(dropped)
-    try:
-        page.close(verbose=False)
-    finally:
-        uvicorn_log.removeFilter(dropped)
-    if dropped.count:
-        log.info("closed %d open connection(s) of pages still waiting", dropped.count)
-
-
-class _DroppedConnections(logging.Filter):
-    """Counts, and keeps out of the log, what uvicorn reports of the connections it cancels
-    when its graceful shutdown times out."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith("Cancel %s running task(s)"):
-            self.count += int(record.args[0]) if record.args else 1  # type: ignore[index]
-            return False
-        error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, asyncio.CancelledError)
-
-
-def _remove(folder: Path) -> None:
-    """Remove the page's temporary folder; a request still running may add a file while it
-    goes, hence the second try."""
-    for _ in range(3):
-        shutil.rmtree(folder, ignore_errors=True)
-        if not folder.exists():
-            return
-    log.warning("could not remove the demo page's temporary folder %s", folder)
-
-
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def warm_up(models: Models, labels: Sequence[str] | None = None) -> None:
