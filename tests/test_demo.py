@@ -370,8 +370,7 @@ def _demo_cfg(checkpoint: Path, **overrides: object):
 
 
 def test_find_runs_takes_a_checkpoint_a_run_or_a_folder_of_runs(exported_tiny: Path, tmp_path):
-    from seg.checkpoint import CheckpointError
-    from seg.checkpoint import find_runs
+    from seg.checkpoint import CheckpointError, find_runs
     from seg.errors import MissingFileError
 
     run = exported_tiny.parents[1]  # run/checkpoints/best.pt
