@@ -301,8 +301,13 @@ def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypa
     assert expected <= set(paths) and len(rows) == 2 * len(paths)
     for r in rows:
         assert r["calls"] >= 3 and 0 < r["median_ms_per_img"] <= r["p90_ms_per_img"], r
+    for r in rows:  # predict.py's rows carry their stages, each timed, and only those
+        stages = r.get("stages_ms_per_img")
+        assert (stages is not None) == r["path"].startswith("predict.py"), r
+        assert stages is None or all(stages[k] > 0 for k in inference.PREDICTOR_STAGES), r
     table = inference.format_backends(rows, (32, 32))
     assert all(p in table for p in paths)
+    assert "predict.py's stages" in table and "full size" in table
 
     assert seen["torch fp32, as trained"] == 0
     for name in ("onnxruntime fp32", "predict.py, onnxruntime", "onnxruntime int8"):

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from seg.config import AugConfig, DataConfig, compose_config
 from seg.data.loader import seed_worker
 from seg.data.transforms import (
+    EvalImageTransform,
     build_eval_transform,
     build_train_transform,
     check_aug_config,
@@ -384,3 +385,22 @@ def test_train_size_crops_a_sharper_photo_at_the_scale_it_names() -> None:
         _assert_aligned(rgb, out_mask, fill=0)
     with pytest.raises(ValueError, match=r"aug\.train_size"):
         check_aug_config(_aug(train_size=4))
+
+
+@pytest.mark.parametrize("eval_size", [[96, 96], [120, 90], [90, 120], [37, 61]])
+@pytest.mark.parametrize("interpolation", ["linear", "area", "nearest"])
+def test_the_fast_eval_image_transform_equals_the_preset_bit_for_bit(
+    eval_size: list[int], interpolation: str
+) -> None:
+    """Prediction's EvalImageTransform (uint8 geometry, table normalisation, channels first)
+    gives exactly the eval preset's image, for photos of every orientation and size."""
+    aug = _aug(eval_size=eval_size, interpolation=interpolation, mean=[0.5, 0.4, 0.3])
+    preset, fast = build_eval_transform(aug), EvalImageTransform(aug)
+    rng = np.random.default_rng(0)
+    for hw in ((96, 96), (150, 100), (100, 150), (500, 23), (5, 7)):
+        image = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
+        want, got = preset(image=image)["image"], fast(image=image)["image"]
+        assert got.dtype == want.dtype == torch.float32
+        assert got.is_contiguous() and torch.equal(got, want), hw
+    with pytest.raises(ValueError, match="uint8 \\(H, W, 3\\)"):
+        fast(image=np.zeros((8, 8), np.uint8))

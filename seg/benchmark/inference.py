@@ -8,9 +8,11 @@ ONNX Runtime fp32 on the model's export (``backend=onnxruntime``) and int8 (``pr
 calibrated here on random inputs: the latency does not depend on the ranges); then the whole of
 ``predict.py``'s per-image work for each backend (``Predictor``: eval preset, padding, the
 network, logits resized to the photo, mask and probability), from uint8 photos of the input
-size. Each row runs after an untimed warm-up (the first calls pay for allocation and, in ONNX
-Runtime, graph planning). ONNX Runtime rows run with one torch thread, as
-prediction and evaluation run it (``OnnxRuntimeModel.threads_for_torch``).
+size, and for those rows a profile of the predictor's stages (``PREDICTOR_STAGES``: the
+preset, the network, the work at the photo's size; means over ``PROFILE_CALLS`` more calls,
+with the clock's few microseconds in them). Each row runs after an untimed warm-up (the first
+calls pay for allocation and, in ONNX Runtime, graph planning). ONNX Runtime rows run with one
+torch thread, as prediction and evaluation run it (``OnnxRuntimeModel.threads_for_torch``).
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ import numpy as np
 import torch
 
 from seg.benchmark.models import ModelBenchSettings, load_config, split_model_spec
-from seg.data.transforms import build_eval_transform
+from seg.data.transforms import EvalImageTransform
 from seg.devices import native_bf16
 from seg.inference.graph import export_onnx
-from seg.inference.predictor import Predictor, Scale
+from seg.inference.predictor import PREDICTOR_STAGES, Predictor, Scale, StageClock
 from seg.inference.quantize import quantize_int8
 from seg.inference.runtime import OnnxRuntimeModel, torch_threads
 from seg.models import build_model
@@ -41,16 +43,19 @@ from seg.models.deploy import AutocastModel, deploy_model
 
 WARMUP_CALLS = 5
 CALLS = 200  # timed calls per row at most (or the settings' seconds): enough for a p90
+PROFILE_CALLS = 50  # calls of a predictor row with its stages timed (after the timed ones)
 
 
 @dataclass(frozen=True)
 class InferencePath:
     """One inference path: a name, how to run a batch through it (``run(batch_size)``, the
-    inputs made beforehand) and the torch threads it runs with (None: the process's)."""
+    inputs made beforehand), the torch threads it runs with (None: the process's) and, for
+    ``predict.py``'s paths, the predictor whose stages are profiled."""
 
     name: str
     run: Callable[[int], Any]
     torch_threads: int | None = None
+    predictor: Predictor | None = None
 
 
 def call_times(fn: Callable[[], object], calls: int, seconds: float) -> list[float]:
@@ -99,20 +104,19 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> Iterator[Inference
 
         return run
 
-    def predictor(net: Any) -> Callable[[int], Any]:
+    def predictor(name: str, net: Any, threads: int | None = None) -> InferencePath:
         aug = dataclasses.replace(cfg.aug, eval_size=list(s.size))
-        run = Predictor(net, [Scale(s.size, build_eval_transform(aug))])
-        return lambda batch: run(photos[:batch])
+        run = Predictor(net, [Scale(s.size, EvalImageTransform(aug))])
+        return InferencePath(name, lambda batch: run(photos[:batch]), threads, run)
 
     yield InferencePath("torch fp32, as trained", eager(model))
     yield InferencePath("torch fp32, BN folded", eager(deployed))
     native = native_bf16(torch.device("cpu"))
     if native:
         yield InferencePath("torch bf16, BN folded", eager(deployed, torch.bfloat16))
-    yield InferencePath("predict.py, torch", predictor(deployed))
+    yield predictor("predict.py, torch", deployed)
     if native:
-        half = AutocastModel(deployed, torch.bfloat16)
-        yield InferencePath("predict.py, torch bf16", predictor(half))
+        yield predictor("predict.py, torch bf16", AutocastModel(deployed, torch.bfloat16))
 
     onnx_file = export_onnx(model, folder / f"{name}.onnx", s.size)
     calibration = [torch.randn(1, 3, *s.size) for _ in range(4)]  # latency only: any ranges
@@ -123,7 +127,7 @@ def _paths(name: str, s: ModelBenchSettings, folder: Path) -> Iterator[Inference
     ):
         session = OnnxRuntimeModel(file, threads=s.threads or 0)
         yield InferencePath(f"onnxruntime {label}", eager(session), torch_threads=1)
-        yield InferencePath(predict_label, predictor(session), torch_threads=1)
+        yield predictor(predict_label, session, threads=1)
         del session  # the caller drops the last path before running the next session's rows
         gc.collect()
 
@@ -138,18 +142,33 @@ def measure_backends(names: list[str], s: ModelBenchSettings) -> list[dict[str, 
                 for batch in s.infer_batches:
                     with torch_threads(path.torch_threads):
                         times = call_times(lambda b=batch, p=path: p.run(b), CALLS, s.seconds)
-                    rows.append(
-                        {
-                            "model": name,
-                            "path": path.name,
-                            "batch": batch,
-                            "calls": len(times),
-                            "median_ms_per_img": 1000 * statistics.median(times) / batch,
-                            "p90_ms_per_img": 1000 * percentile(times, 0.9) / batch,
-                        }
-                    )
+                    row = {
+                        "model": name,
+                        "path": path.name,
+                        "batch": batch,
+                        "calls": len(times),
+                        "median_ms_per_img": 1000 * statistics.median(times) / batch,
+                        "p90_ms_per_img": 1000 * percentile(times, 0.9) / batch,
+                    }
+                    if path.predictor is not None:
+                        row["stages_ms_per_img"] = profile_stages(path, batch)
+                    rows.append(row)
                 del path  # frees an ONNX Runtime session before the next one runs
     return rows
+
+
+def profile_stages(path: InferencePath, batch: int) -> dict[str, float]:
+    """Mean ms per image in each of ``PREDICTOR_STAGES`` over ``PROFILE_CALLS`` calls of a
+    predictor path (already warm)."""
+    assert path.predictor is not None
+    clock = path.predictor.clock = StageClock()
+    try:
+        with torch_threads(path.torch_threads):
+            for _ in range(PROFILE_CALLS):
+                path.run(batch)
+    finally:
+        path.predictor.clock = None
+    return {k: 1000 * clock.seconds.get(k, 0.0) / PROFILE_CALLS / batch for k in PREDICTOR_STAGES}
 
 
 def format_backends(rows: list[dict[str, Any]], size: tuple[int, int]) -> str:
@@ -163,4 +182,19 @@ def format_backends(rows: list[dict[str, Any]], size: tuple[int, int]) -> str:
             f"  {r['model']:<24} {r['path']:<26} {r['batch']:>5} {r['calls']:>5} "
             f"{r['median_ms_per_img']:>13.2f} {r['p90_ms_per_img']:>10.2f}"
         )
+    profiled = [r for r in rows if "stages_ms_per_img" in r]
+    if profiled:
+        names = "".join(f" {stage:>10}" for stage in PREDICTOR_STAGES)
+        lines += [
+            f"predict.py's stages (mean ms/img over {PROFILE_CALLS} calls; around = the share of "
+            "the time outside the network, relative to it)",
+            f"  {'model':<24} {'path':<26} {'batch':>5}{names} {'around':>7}",
+        ]
+        for r in profiled:
+            stages = r["stages_ms_per_img"]
+            network = stages["network"]
+            around = sum(stages.values()) - network
+            cells = "".join(f" {stages[stage]:>10.2f}" for stage in PREDICTOR_STAGES)
+            ratio = f"{around / network:>6.2f}x" if network > 0 else f"{'-':>7}"
+            lines.append(f"  {r['model']:<24} {r['path']:<26} {r['batch']:>5}{cells} {ratio}")
     return "\n".join(lines)

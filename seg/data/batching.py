@@ -47,6 +47,8 @@ def pad_batch(
     height = max(int(im.shape[-2]) for im in images)
     width = max(int(im.shape[-1]) for im in images)
     first = images[0]
+    if masks is None and all(im.shape == first.shape for im in images):
+        return torch.stack(list(images)), None  # nothing to pad: no fill to build
     fill = torch.as_tensor(image_fill, dtype=first.dtype, device=first.device)
     batch = fill.reshape(1, -1, 1, 1).expand(len(images), first.shape[0], height, width).clone()
     for item, image in zip(batch, images, strict=True):

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from albumentations.augmentations.geometric import functional as fgeometric
 from albumentations.pytorch import ToTensorV2
+from torch import Tensor
 
 from seg.config import AugConfig, Interpolation
 from seg.config.data import check_aug_config_ranges
@@ -220,14 +221,49 @@ def build_eval_transform(cfg: AugConfig) -> A.Compose:
     batched with ``seg.data.batching``. Scoring at the original resolution belongs to
     evaluation, not to this transform. Output: image float32 (3, H, W), mask uint8 (H, W).
     """
+    return A.Compose([*_eval_geometry(cfg), _eval_normalize(cfg), ToTensorV2()])
+
+
+def _eval_geometry(cfg: AugConfig) -> list[A.BasicTransform]:
     p = check_aug_config(cfg)
-    transforms = [
+    return [
         LongShortResize(max(p.eval_size), min(p.eval_size), _interpolation(p)),
         PadToCanvas(p.eval_size, fill=IMAGE_FILL, fill_mask=p.mask_fill),
-        A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0),
-        ToTensorV2(),
     ]
-    return A.Compose(transforms)
+
+
+def _eval_normalize(cfg: AugConfig) -> A.Normalize:
+    p = check_aug_config(cfg)
+    return A.Normalize(mean=p.mean, std=p.std, max_pixel_value=255.0)
+
+
+class EvalImageTransform:
+    """The eval preset of :func:`build_eval_transform` for images alone (prediction): the
+    same float32 (3, H, W) tensor bit for bit, in about a third of the time.
+
+    The resize and pad run on uint8 as in the preset; the normalisation is a lookup in the
+    table albumentations' own ``Normalize`` gives for the 256 values of each channel (it
+    normalises uint8 images by such a table too), written straight into a contiguous
+    channels-first tensor. The preset's ``ToTensorV2`` returns a channels-last view instead,
+    whose copy into a batch cost more than the normalisation (0.34 of 0.51 ms at 256x256).
+    Called as the preset is: ``transform(image=image)["image"]``.
+    """
+
+    def __init__(self, cfg: AugConfig) -> None:
+        self.geometry = A.Compose(_eval_geometry(cfg))
+        ramp = np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 3, axis=2)
+        table = _eval_normalize(cfg)(image=ramp)["image"]  # (1, 256, 3) float32
+        self.table = torch.from_numpy(np.ascontiguousarray(table[0].T, dtype=np.float32))
+
+    def __call__(self, *, image: np.ndarray) -> dict[str, Tensor]:
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(f"expected a uint8 (H, W, 3) image, got {image.dtype} {image.shape}")
+        pixels = torch.from_numpy(self.geometry(image=image)["image"])
+        out = torch.empty(3, *pixels.shape[:2])
+        for channel in range(3):
+            index = pixels[..., channel].reshape(-1).long()
+            torch.index_select(self.table[channel], 0, index, out=out[channel].view(-1))
+        return {"image": out}
 
 
 def eval_pad_value(cfg: AugConfig) -> tuple[float, float, float]:
@@ -286,6 +322,7 @@ def denormalize(image: torch.Tensor, mean: Sequence[float], std: Sequence[float]
 
 __all__ = [
     "IMAGE_FILL",
+    "EvalImageTransform",
     "build_eval_transform",
     "build_train_transform",
     "check_aug_config",

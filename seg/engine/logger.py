@@ -28,6 +28,7 @@ from seg.data.transforms import denormalize
 from seg.errors import DataError, UserError
 from seg.evaluation.panels import three_panels
 from seg.fileio import write_text
+from seg.metrics import class_map
 from seg.models import format_summary, summarize_model
 from seg.runs import RunLayout
 
@@ -212,7 +213,7 @@ class MetricLogger:
         model.eval()
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             logits = run_by_size(lambda x: model(x)["out"], images.to(device), sizes)
-        preds = logits.argmax(1).cpu().numpy()
+        preds = class_map(logits, 1).cpu().numpy()
         model.train(was_training)
         for i, (sample, pred, (h, w)) in enumerate(
             zip(self.val_samples, preds, sizes, strict=True)

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from seg import distributed as du
 from seg.data import run_by_size
 from seg.evaluation.selection import Selection
-from seg.metrics import SegMetrics, metrics_from_confusion
+from seg.metrics import SegMetrics, class_map, metrics_from_confusion
 from seg.metrics.keys import TRAIN_SOURCES, metric_key
 
 
@@ -54,7 +54,7 @@ def evaluate(
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             # Each canvas size on its own: a sample's prediction never depends on its batch.
             logits = run_by_size(lambda x: model(x)["out"], images, batch["size"])
-        pred = logits.argmax(1)  # 0 beyond a sample's size, where its mask is 255 (ignored)
+        pred = class_map(logits, 1)  # 0 beyond a sample's size, where its mask is 255 (ignored)
         for name in sorted(set(batch["source"])):
             if name not in totals:
                 raise KeyError(f"validation sample from source {name!r}, expected {sources}")

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from torch import nn
@@ -31,31 +30,15 @@ from seg.inference.media import (
     open_video,
     write_image,
 )
-from seg.inference.predictor import Predictor, predictor_from_options
+from seg.inference.predictor import Predictor, StageClock, predictor_from_options
 from seg.inference.render import SUFFIXES, Background, RenderOptions, render
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class Cancelled(Exception):
     """A video stopped on request (``predict_video``'s ``stop``) before its end; nothing of it
     was written."""
-
-
-class StageClock:
-    """Wall seconds spent in each named stage (``time(stage, fn, *args)`` runs and times)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def time(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
-        start = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            elapsed = time.perf_counter() - start
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed
 
 
 @dataclass

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -28,15 +30,43 @@ from torch import Tensor
 
 from seg.config import PERSON, TTA, Config, PredictorOptions
 from seg.data.batching import pad_batch, run_by_size
-from seg.data.transforms import build_eval_transform, check_aug_config, eval_content_size
+from seg.data.transforms import EvalImageTransform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
 from seg.errors import ConfigError
 from seg.inference.refine import GuidedRefiner, build_refiner
+from seg.metrics import class_map
 from seg.models import SegmentationModel
+
+T = TypeVar("T")
+
+# What Predictor.clock times: the eval preset and the batch (uint8 photos -> a normalised
+# batch), the network (with flip and sliding windows), and each photo's work at its full size
+# (logits cropped and resized, softmax, mask and probability, or class map).
+PREDICTOR_STAGES = ("preset", "network", "full size")
 
 # Values (classes x rows x columns) of full-size logits worked on at once: 4 M floats, 16 MB
 # (with their softmax and argmax a few times that, beside an image's full-size results).
 BAND_VALUES = 1 << 22
+
+
+class StageClock:
+    """Wall seconds spent in each named stage: ``time(stage, fn, *args)`` runs ``fn`` and times
+    it, ``with clock.stage(name):`` times a block."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def time(self, stage: str, fn: Callable[..., T], *args: Any) -> T:
+        with self.stage(stage):
+            return fn(*args)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 @dataclass(frozen=True)
@@ -168,6 +198,10 @@ class Predictor:
         self.refine = refine
         self.eval_size = tuple(eval_size) if eval_size else self.scales[0].eval_size
         self.device = model.devices[0]
+        self.clock: StageClock | None = None  # set one to time PREDICTOR_STAGES
+
+    def _stage(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return self.clock.stage(name) if self.clock is not None else contextlib.nullcontext()
 
     def logits(self, batch: Tensor) -> Tensor:
         """Normalised (B, 3, h, w) -> float32 logits (B, K, h, w), flipped too with ``flip``."""
@@ -193,9 +227,11 @@ class Predictor:
         (``run_by_size``), so an image's logits never depend on its batch."""
         per_image: list[list[Tensor]] = [[] for _ in images]
         for scale in self.scales if images else []:
-            tensors = [scale.transform(image=image)["image"] for image in images]
-            batch, _ = pad_batch(tensors)  # the padding never reaches the model
-            logits = run_by_size(self._input_logits, batch, [t.shape[-2:] for t in tensors])
+            with self._stage("preset"):
+                tensors = [scale.transform(image=image)["image"] for image in images]
+                batch, _ = pad_batch(tensors)  # the padding never reaches the model
+            with self._stage("network"):
+                logits = run_by_size(self._input_logits, batch, [t.shape[-2:] for t in tensors])
             for items, item in zip(per_image, logits, strict=True):
                 items.append(item)
         return per_image
@@ -246,12 +282,12 @@ class Predictor:
             logits = self._scale_logits(images)
         for image, items in zip(images, logits, strict=True):
             # Both left before the yield: the caller's code is its own.
-            with torch.inference_mode(), self.threads():
+            with torch.inference_mode(), self.threads(), self._stage("full size"):
                 prob = torch.empty(image.shape[:2])
                 mask = torch.empty(image.shape[:2], dtype=torch.bool)
                 for start, stop, p in self._bands(image, items, BAND_VALUES):
                     prob[:, start:stop] = p[PERSON]
-                    mask[:, start:stop] = p.argmax(dim=0) == PERSON
+                    mask[:, start:stop] = class_map(p, dtype=torch.uint8) == PERSON
             yield Prediction(mask=mask.numpy(), prob=prob.numpy())
 
     @torch.inference_mode()
@@ -269,7 +305,7 @@ class Predictor:
                 raise ValueError(f"labels() holds 255 classes at most, not {items[0].shape[0]}")
             label = torch.empty(image.shape[:2], dtype=torch.uint8)
             for start, stop, p in self._bands(image, items, max_values):
-                label[:, start:stop] = p.argmax(dim=0).to("cpu", torch.uint8)
+                label[:, start:stop] = class_map(p, dtype=torch.uint8).cpu()
             out.append(label)
         return out
 
@@ -322,7 +358,7 @@ def build_predictor(
     for scale in scales:
         size = scaled_size(eval_size, scale)
         aug = dataclasses.replace(cfg.aug, eval_size=list(size))
-        views.append(Scale(size, build_eval_transform(aug)))
+        views.append(Scale(size, EvalImageTransform(aug)))
     flip = TTA.flip in [TTA(t) for t in tta]
     return Predictor(model, views, flip, window, stride, refine, eval_size)
 

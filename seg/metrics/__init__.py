@@ -13,7 +13,12 @@ from seg.metrics.boundary import (
     boundary_iou_counts,
     fscore_from_counts,
 )
-from seg.metrics.confusion import class_names_for, confusion_matrix, metrics_from_confusion
+from seg.metrics.confusion import (
+    class_map,
+    class_names_for,
+    confusion_matrix,
+    metrics_from_confusion,
+)
 
 __all__ = [
     "SegMetrics",
@@ -21,6 +26,7 @@ __all__ = [
     "boundary_fscore",
     "boundary_iou",
     "boundary_iou_counts",
+    "class_map",
     "class_names_for",
     "confusion_matrix",
     "fscore_from_counts",

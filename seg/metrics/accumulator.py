@@ -46,7 +46,7 @@ class SegMetrics:
 
         metrics = SegMetrics(device=device)
         for images, masks in loader:
-            metrics.update(model(images)["out"].argmax(1), masks)
+            metrics.update(class_map(model(images)["out"], 1), masks)
         metrics.reduce_(all_reduce_sum_)  # every rank, identical order
         results = metrics.compute()
     """

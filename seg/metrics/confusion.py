@@ -31,6 +31,25 @@ def class_names_for(num_classes: int) -> tuple[str, ...]:
     return tuple(f"class{i}" for i in range(num_classes))
 
 
+def class_map(scores: Tensor, dim: int = 0, dtype: torch.dtype = torch.int64) -> Tensor:
+    """The index of the largest score along ``dim``, as ``dtype``: exactly
+    ``scores.argmax(dim)`` (the first index on ties, NaN above every number), in a tenth of
+    its time or less.
+
+    On CPU ``argmax`` over a dimension that is not the last takes a slow strided path (torch
+    2.14, one thread, (2, 256, 256): 6.5 ms, more than the network at that size; this was most
+    of ``predict.py``'s time around the network). ``max(dim).indices`` gives the same indices
+    in 0.45 ms, and two classes, the person segmenter's case, are one comparison (0.1 ms).
+    """
+    if scores.shape[dim] != 2:
+        return scores.max(dim=dim).indices.to(dtype)
+    first, second = scores.unbind(dim)
+    # argmax keeps the first unless the second is larger: the first also wins when it is NaN
+    # (NaN counts as the largest), and loses to a NaN second (not <=).
+    first_wins = (second <= first) | first.isnan()
+    return first_wins.logical_not_().to(dtype)
+
+
 def _check_labels(x: Tensor, name: str) -> None:
     if x.dtype.is_floating_point or x.dtype.is_complex:
         raise TypeError(
