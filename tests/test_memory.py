@@ -20,7 +20,7 @@ from seg.config import TTA
 from seg.data import pixel_batches
 from seg.data.io import read_image
 from seg.data.transforms import eval_content_size
-from seg.inference.predictor import LogitRestorer, build_predictor
+from seg.inference.predictor import LogitRestorer, Predictor, Scale, build_predictor
 from seg.inference.render import cutout, overlay
 
 # Peak memory above the warm process, bytes per pixel of a 3200 x 2400 photo (measured with the
@@ -107,6 +107,46 @@ def test_bands_of_columns_equal_one_interpolation() -> None:
         if big_h >= ch and big_w >= cw:
             assert torch.equal(pieces, whole)
         torch.testing.assert_close(pieces, whole, rtol=0, atol=1e-5)
+
+
+class FixedLogits(torch.nn.Module):
+    """A model whose output is given: the same (K, h, w) logits for every input."""
+
+    devices = (torch.device("cpu"),)
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"out": self.logits[None].expand(x.shape[0], -1, -1, -1)}
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("scales", [1, 2])
+def test_probabilities_are_the_softmax_of_the_restored_logits(classes: int, scales: int) -> None:
+    """Against the one-piece formula (crop, one F.interpolate, softmax, mean over scales): two
+    classes take the sigmoid of the restored difference, equal to float rounding; the class map
+    and the mask are the argmax of the probabilities returned, bit for bit."""
+    torch.manual_seed(classes)
+    canvas, eval_size, photo_hw = (48, 64), (64, 48), (183, 276)
+    logits = torch.randn(classes, *canvas) * 4
+    logits[:, 5, :] = 0  # ties: the first class wins them
+    blank = {"image": torch.zeros(3, *canvas)}
+    predictor = Predictor(
+        FixedLogits(logits), [Scale(eval_size, lambda image: blank) for _ in range(scales)]
+    )
+    photo = np.zeros((*photo_hw, 3), np.uint8)
+    (prob,) = predictor.probabilities([photo])
+    ch, cw = eval_content_size(photo_hw, eval_size)
+    whole = F.interpolate(logits[None, :, :ch, :cw], size=photo_hw, mode="bilinear")[0]
+    torch.testing.assert_close(prob, whole.softmax(0), rtol=0, atol=2e-6)
+    for max_values in (1 << 22, 2 * photo_hw[0] * 5):
+        (label,) = predictor.labels([photo], max_values=max_values)
+        assert torch.equal(label, prob.argmax(0).to(torch.uint8))
+    (pred,) = predictor([photo])
+    assert np.array_equal(pred.mask, label.numpy() == 1)
+    assert np.array_equal(pred.prob, prob[1].numpy())
 
 
 def test_labels_made_in_bands_are_the_argmax_of_the_probabilities(

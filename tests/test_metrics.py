@@ -16,6 +16,7 @@ from seg.metrics import (
     boundary_iou,
     boundary_iou_counts,
     class_map,
+    class_mask,
     confusion_matrix,
     fscore_from_counts,
     metrics_from_confusion,
@@ -545,7 +546,7 @@ def test_metric_keys_are_built_and_read_by_one_pair_of_functions() -> None:
 
 @pytest.mark.parametrize("classes", [1, 2, 3, 5])
 @pytest.mark.parametrize("dim", [0, 1, 2])
-def test_class_map_is_argmax_with_ties_nan_and_infinities(classes: int, dim: int) -> None:
+def test_class_map_and_mask_are_argmax_with_ties_nan_and_infinities(classes: int, dim: int) -> None:
     """class_map replaces argmax for speed; it must give the same indices bit for bit: the
     first index on ties, NaN above everything (also above +inf), in any dtype asked for."""
     g = torch.Generator().manual_seed(classes * 10 + dim)
@@ -560,3 +561,7 @@ def test_class_map_is_argmax_with_ties_nan_and_infinities(classes: int, dim: int
             got = class_map(scores, dim, dtype)
             assert got.dtype == dtype
             assert torch.equal(got, scores.argmax(dim).to(dtype)), (trial, dtype)
+        for k in range(classes + 1):  # a class beyond the last is never the largest
+            mask = class_mask(scores, k, dim)
+            assert mask.dtype == torch.bool
+            assert torch.equal(mask, scores.argmax(dim) == k), (trial, k)

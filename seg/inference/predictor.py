@@ -34,7 +34,7 @@ from seg.data.transforms import EvalImageTransform, check_aug_config, eval_conte
 from seg.devices import resolve_devices
 from seg.errors import ConfigError
 from seg.inference.refine import GuidedRefiner, build_refiner
-from seg.metrics import class_map
+from seg.metrics import class_map, class_mask
 from seg.models import SegmentationModel
 
 T = TypeVar("T")
@@ -229,7 +229,10 @@ class Predictor:
         for scale in self.scales if images else []:
             with self._stage("preset"):
                 tensors = [scale.transform(image=image)["image"] for image in images]
-                batch, _ = pad_batch(tensors)  # the padding never reaches the model
+                if len(tensors) == 1:  # a view: nothing writes into a model's input
+                    batch = tensors[0][None]
+                else:
+                    batch, _ = pad_batch(tensors)  # the padding never reaches the model
             with self._stage("network"):
                 logits = run_by_size(self._input_logits, batch, [t.shape[-2:] for t in tensors])
             for items, item in zip(per_image, logits, strict=True):
@@ -239,31 +242,40 @@ class Predictor:
     def _bands(
         self, image: np.ndarray, logits: list[Tensor], max_values: int
     ) -> Iterator[tuple[int, int, Tensor]]:
-        """``(start, stop, p)`` over one image's columns: ``p`` (K, H, stop - start) the
-        softmax of each scale's restored logits, averaged; with ``refine``, ``[1 - q, q]`` of
-        the refined person probability ``q``."""
+        """``(start, stop, p)`` over one image's columns, ``p`` the band's probabilities: for a
+        2-class model (1, H, stop - start), the person's alone; otherwise (K, H, stop - start).
+        Each scale's restored map is turned into probabilities, then the scales are averaged.
+
+        Two classes are one map: the person's logit minus the background's, restored to full
+        size (resizing is linear, so this is the difference of the restored logits, to float
+        rounding, at half the work) and turned into the person's softmax probability by
+        ``sigmoid`` (softmax of two logits is the sigmoid of their difference). Its class map
+        is ``q > 0.5``, exactly the argmax of ``[1 - q, q]`` (:meth:`probabilities`' rows):
+        for q >= 0.5, 1 - q is exact. With ``refine``, the refined person probability."""
+        binary = logits[0].shape[0] == 2
+        if binary:
+            logits = [item[PERSON:] - item[:PERSON] for item in logits]
+        elif self.refine is not None:
+            raise ConfigError(f"refine.guided needs a 2-class model, not {logits[0].shape[0]}")
         restorers = [
             LogitRestorer(item, image.shape[:2], scale.eval_size)
             for item, scale in zip(logits, self.scales, strict=True)
         ]
+        normalise = torch.sigmoid if binary else lambda x: x.softmax(dim=0)
 
         def probabilities(start: int, stop: int) -> Tensor:
-            total = restorers[0].columns(start, stop).softmax(dim=0)
+            total = normalise(restorers[0].columns(start, stop))
             for restorer in restorers[1:]:
-                total += restorer.columns(start, stop).softmax(dim=0)
-            return total / len(restorers)
+                total += normalise(restorer.columns(start, stop))
+            return total / len(restorers) if len(restorers) > 1 else total
 
         if self.refine is None:
             for start, stop in restorers[0].bands(max_values):
                 yield start, stop, probabilities(start, stop)
             return
-        if restorers[0].num_classes != 2:
-            raise ConfigError(
-                f"refine.guided needs a 2-class model, not {restorers[0].num_classes}"
-            )
-        person = lambda lo, hi: probabilities(lo, hi)[PERSON]  # noqa: E731
+        person = lambda lo, hi: probabilities(lo, hi)[0]  # noqa: E731
         for start, stop, q in self.refine.bands(image, person, self.eval_size):
-            yield start, stop, torch.stack([1 - q, q])
+            yield start, stop, q[None]
 
     def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
         return list(self.predictions(images))
@@ -286,8 +298,12 @@ class Predictor:
                 prob = torch.empty(image.shape[:2])
                 mask = torch.empty(image.shape[:2], dtype=torch.bool)
                 for start, stop, p in self._bands(image, items, BAND_VALUES):
-                    prob[:, start:stop] = p[PERSON]
-                    mask[:, start:stop] = class_map(p, dtype=torch.uint8) == PERSON
+                    if len(p) == 1:  # a 2-class band: the person's probability alone
+                        prob[:, start:stop] = p[0]
+                        mask[:, start:stop] = p[0] > 0.5
+                    else:
+                        prob[:, start:stop] = p[PERSON]
+                        mask[:, start:stop] = class_mask(p, PERSON)
             yield Prediction(mask=mask.numpy(), prob=prob.numpy())
 
     @torch.inference_mode()
@@ -305,7 +321,7 @@ class Predictor:
                 raise ValueError(f"labels() holds 255 classes at most, not {items[0].shape[0]}")
             label = torch.empty(image.shape[:2], dtype=torch.uint8)
             for start, stop, p in self._bands(image, items, max_values):
-                label[:, start:stop] = class_map(p, dtype=torch.uint8).cpu()
+                label[:, start:stop] = _class_map(p).cpu()
             out.append(label)
         return out
 
@@ -321,9 +337,17 @@ class Predictor:
         for image, items in zip(images, self._scale_logits(images), strict=True):
             full = items[0].new_empty(items[0].shape[0], *image.shape[:2])
             for start, stop, p in self._bands(image, items, BAND_VALUES):
-                full[:, :, start:stop] = p
+                full[:, :, start:stop] = torch.cat([1 - p, p]) if len(p) == 1 else p
             out.append(full)
         return out
+
+
+def _class_map(p: Tensor) -> Tensor:
+    """uint8 class map of a band of :meth:`Predictor._bands`: a 2-class band (the person's
+    probability q alone) is person where q > 0.5, the argmax of ``[1 - q, q]``."""
+    if len(p) == 1:
+        return (p[0] > 0.5).to(torch.uint8)
+    return class_map(p, dtype=torch.uint8)
 
 
 def scaled_size(eval_size: Sequence[int], scale: float) -> tuple[int, int]:

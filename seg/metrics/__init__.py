@@ -15,6 +15,7 @@ from seg.metrics.boundary import (
 )
 from seg.metrics.confusion import (
     class_map,
+    class_mask,
     class_names_for,
     confusion_matrix,
     metrics_from_confusion,
@@ -27,6 +28,7 @@ __all__ = [
     "boundary_iou",
     "boundary_iou_counts",
     "class_map",
+    "class_mask",
     "class_names_for",
     "confusion_matrix",
     "fscore_from_counts",

@@ -50,6 +50,17 @@ def class_map(scores: Tensor, dim: int = 0, dtype: torch.dtype = torch.int64) ->
     return first_wins.logical_not_().to(dtype)
 
 
+def class_mask(scores: Tensor, k: int, dim: int = 0) -> Tensor:
+    """bool: where class ``k`` has the largest score along ``dim``; exactly
+    ``class_map(scores, dim) == k``. With two classes it is that comparison alone, with no
+    index map built and compared (the mask predict.py writes for each photo)."""
+    if scores.shape[dim] != 2 or k not in (0, 1):
+        return class_map(scores, dim) == k
+    first, second = scores.unbind(dim)
+    first_wins = (second <= first) | first.isnan()
+    return first_wins if k == 0 else first_wins.logical_not_()
+
+
 def _check_labels(x: Tensor, name: str) -> None:
     if x.dtype.is_floating_point or x.dtype.is_complex:
         raise TypeError(
