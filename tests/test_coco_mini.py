@@ -158,6 +158,20 @@ def test_a_source_share_repeats_its_photos_to_that_share_of_the_epoch(data_env: 
         compose_config([*base, "+data.source_shares={coco_mini_person: 1.5}"])
 
 
+def test_the_coco_recipe_gives_coco_30_percent_and_negatives_25_percent(data_env: Path) -> None:
+    """+exp=dual_channel_pretrained_cpu_coco (README, "Which recipe"): the pretrained CPU
+    recipe with coco_mini_person at 30% of each epoch's photos with people, photos without
+    people at 25% of all its samples, 10 epochs."""
+    cfg = compose_config(["+exp=dual_channel_pretrained_cpu_coco", f"data.root={data_env}"])
+    recipe = compose_config(["+exp=dual_channel_pretrained_cpu", f"data.root={data_env}"])
+    assert (cfg.model, cfg.optim, cfg.loss) == (recipe.model, recipe.optim, recipe.loss)
+    assert cfg.trainer.epochs == 10 and cfg.aug == recipe.aug
+    counts = Counter(ref.source for ref in build_train_dataset(cfg.data, cfg.aug).refs)
+    positives = sum(n for source, n in counts.items() if source != "imagenet_negatives")
+    assert counts[MINI] / positives == pytest.approx(0.3, abs=1e-3)
+    assert counts["imagenet_negatives"] / counts.total() == pytest.approx(0.25, abs=1e-3)
+
+
 def _repository_archive(top: str, files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
