@@ -10,6 +10,8 @@ pipeline, scaling.
         dual_channel_pretrained dual_channel_pretrained:model.columns.1.backbone=efficientnet_lite2
     python scripts/benchmark.py --device cuda --precision bf16 --size 512 512 \\
         --models dual_channel lraspp_mobilenet_v3_large --json bench.json
+    python scripts/benchmark.py --sections data --data-model dual_channel_pretrained \\
+        --data-config +exp=dual_channel_pretrained_cpu_coco aug.paste_p=0.5 aug.paste_behind=0.5
 
 Sections (seg/benchmark/): ``limits`` (fp32 2048^3 matmul and a dense 3x3 conv, GFLOP/s);
 ``models`` (params, train GFLOP/img = 3x the forward, train img/s of forward + backward + SGD
@@ -17,10 +19,11 @@ steps on random inputs, achieved GFLOP/s and its share of the conv limit, infere
 batch 1 and 8, peak memory; each model in a fresh process); ``inference`` (on the CPU, per
 model: eager PyTorch as trained, with batch norm folded, in bf16 where native, and ONNX Runtime
 on its export: median and p90 ms/img at batch 1 and 8, each call timed; default model
-dual_channel); ``data`` (human_mix train split with
-the full train transform: samples/s per loader worker against the training consumption, and the
-share of a real training loop's time spent waiting for data; needs the data, see data.root /
-SEG_DATA_DIR); ``scaling`` (DDP img/s with 1 and 2 gloo processes on CPU, 1..N GPUs on CUDA).
+dual_channel); ``data`` (the train split of ``--data-config``, default data=human_mix, with
+the full train transform: samples/s per loader worker against the training consumption of
+``--data-model``, the share of a real training loop's time spent waiting for data, and each
+step's ms per sample; needs the data, see data.root / SEG_DATA_DIR); ``scaling`` (DDP img/s
+with 1 and 2 gloo processes on CPU, 1..N GPUs on CUDA).
 Each model runs ``--warmup`` untimed steps (fewer once half of ``--seconds`` is spent), then at
 most ``--steps`` timed steps or fewer once ``--seconds`` are spent; the table says how many.
 """
@@ -68,6 +71,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--data-root", default=None, help="datasets (default: $SEG_DATA_DIR)")
     parser.add_argument("--data-workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument(
+        "--data-config",
+        nargs="+",
+        default=["data=human_mix"],
+        help="the training config whose data pipeline is measured, as train.py's overrides, "
+        "e.g. +exp=dual_channel_pretrained_cpu_coco aug.paste_behind=0.5",
+    )
+    parser.add_argument("--data-samples", type=int, default=48, help="of the step breakdown")
+    parser.add_argument(
+        "--data-model", default="dual_channel", help="the configs/model whose training consumes"
+    )
     parser.add_argument("--scaling-steps", type=int, default=10)
     parser.add_argument("--json", type=Path, default=None, help="write all results here")
     return parser.parse_args(argv)
@@ -94,6 +108,9 @@ def main(argv: list[str] | None = None) -> dict:
         isolate=args.isolate,
         data_root=args.data_root,
         data_workers=args.data_workers,
+        data_config=args.data_config,
+        data_samples=args.data_samples,
+        data_model=args.data_model,
         scaling_steps=args.scaling_steps,
     )
     result = run_benchmark(opts)

@@ -13,7 +13,7 @@ from training_utils import load_script
 
 from seg.benchmark import suite
 from seg.benchmark.limits import conv_gflops, gemm_gflops
-from seg.benchmark.loading import data_wait_share, loader_throughput
+from seg.benchmark.loading import data_wait_share, loader_throughput, transform_steps
 from seg.benchmark.models import (
     ModelBenchSettings,
     ModelSpec,
@@ -173,9 +173,35 @@ def test_data_pipeline_on_real_files(data_env: Path) -> None:
     assert 0 <= loop["data_wait_fraction"] <= 1
 
 
+def test_transform_breakdown_times_each_step_and_the_pasted_peoples_reading(
+    data_env: Path,
+) -> None:
+    cfg = compose_config(
+        ["data=vikram_human_seg", "data.download=false", "aug.crop_size=[64,48]", "aug.paste_p=1"]
+    )
+    steps = transform_steps(cfg.data, cfg.aug, samples=3)
+    names = [r["step"] for r in steps["rows"]]
+    assert names[:3] == [
+        "read photo + mask",
+        "PastePeople: reading pasted people",
+        "PastePeople: the rest",
+    ]
+    assert names[-2:] == ["Normalize", "ToTensorV2"] and "RandomCrop" in names
+    reading = steps["rows"][1]["ms_per_sample"]
+    assert reading > 0  # paste_p=1: every sample read at least one more photo
+    assert steps["samples"] == 3
+    assert sum(r["ms_per_sample"] for r in steps["rows"]) == pytest.approx(steps["ms_per_sample"])
+    assert sum(r["share"] for r in steps["rows"]) == pytest.approx(1.0)
+
+
 def test_data_section_compares_loading_with_consumption(data_env: Path) -> None:
     opts = BenchmarkOptions(
-        settings=tiny(seconds=60), sections=["data"], data_workers=[0], data_model="single_column"
+        settings=tiny(seconds=60),
+        sections=["data"],
+        data_workers=[0],
+        data_model="single_column",
+        data_config=["data=vikram_human_seg"],
+        data_samples=2,
     )
     opts.data_seconds, opts.data_steps = 60.0, 1
     data = run_benchmark(opts)["data"]
@@ -186,7 +212,12 @@ def test_data_section_compares_loading_with_consumption(data_env: Path) -> None:
     assert row["data_bound"] == (row["samples_per_s"] < data["consumer_img_per_s"])
     assert row["workers_needed"] == pytest.approx(data["consumer_img_per_s"] / row["samples_per_s"])
     assert data["training_loop"]["steps"] == 1
-    assert "workers needed" in format_report({**_empty_result(), "data": data})
+    assert data["config"] == ["data=vikram_human_seg"] and data["steps"]["samples"] == 2
+    report = format_report({**_empty_result(), "data": data})
+    assert "workers needed" in report and "data=vikram_human_seg: train split" in report
+    assert "one sample, step by step" in report and "read photo + mask" in report
+    with pytest.raises(ConfigError, match="data_samples must be >= 1"):
+        BenchmarkOptions(data_samples=0)
 
 
 def _empty_result() -> dict:

@@ -7,12 +7,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from seg.benchmark.models import ModelBenchSettings, build_placed, load_config
 from seg.benchmark.timing import sync
-from seg.config import AugConfig, DataConfig
+from seg.config import AugConfig, BadSamplePolicy, DataConfig
 from seg.data import build_loader, build_train_dataset
+from seg.data.copy_paste import PastePeople, RawPool
 from seg.engine.monitor import WaitClock
 from seg.engine.step import build_stepper
 
@@ -51,6 +53,67 @@ def loader_throughput(
         "batches": count,
         "dataset_size": len(dataset),
     }
+
+
+class _TimedPool:
+    """A ``RawPool`` that adds the time its ``load_raw`` calls take to ``seconds``."""
+
+    def __init__(self, pool: RawPool) -> None:
+        self.pool, self.seconds, self.calls = pool, 0.0, 0
+        self.on_bad_sample: BadSamplePolicy = pool.on_bad_sample
+
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def load_raw(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        start = time.perf_counter()
+        try:
+            return self.pool.load_raw(index)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+
+def transform_steps(
+    data: DataConfig, aug: AugConfig, samples: int = 48, seed: int = 0
+) -> dict[str, Any]:
+    """Where one training sample's time goes, in the main process: reading the photo and its
+    mask, then each step of the training transform in order (``PastePeople``'s reading of the
+    photos it cuts people from on a row of its own), as mean ms per sample over ``samples``
+    random samples of the training split (negatives included, at their share). Each step is
+    called on its own, drawing with its own generator, so a step with a probability runs on
+    about that share of the samples, as in training."""
+    dataset = build_train_dataset(data, aug, seed=seed)
+    steps = list(dataset.transform.transforms)
+    pools = {}
+    for i, step in enumerate(steps):
+        if isinstance(step, PastePeople):
+            pools[i] = step.pool = _TimedPool(step.pool)
+    names = [type(step).__name__ for step in steps]
+    seconds = np.zeros(len(steps) + 1)
+    order = np.random.default_rng(seed).permutation(len(dataset))[:samples]
+    for index in order:
+        start = time.perf_counter()
+        image, mask = dataset.load_raw(int(index))
+        seconds[0] += time.perf_counter() - start
+        sample = {"image": image, "mask": mask}
+        for i, step in enumerate(steps, start=1):
+            start = time.perf_counter()
+            sample = step(**sample)
+            seconds[i] += time.perf_counter() - start
+    rows = [{"step": "read photo + mask", "ms_per_sample": float(1e3 * seconds[0] / len(order))}]
+    for i, name in enumerate(names):
+        ms = float(1e3 * seconds[i + 1] / len(order))
+        if i in pools:
+            reading = 1e3 * pools[i].seconds / len(order)
+            rows.append({"step": f"{name}: reading pasted people", "ms_per_sample": reading})
+            rows.append({"step": f"{name}: the rest", "ms_per_sample": ms - reading})
+        else:
+            rows.append({"step": name, "ms_per_sample": ms})
+    total = sum(r["ms_per_sample"] for r in rows)
+    for r in rows:
+        r["share"] = r["ms_per_sample"] / total if total > 0 else 0.0
+    return {"samples": len(order), "ms_per_sample": total, "rows": rows}
 
 
 def data_wait_share(

@@ -12,7 +12,7 @@ import torch
 
 from seg.benchmark.inference import measure_backends
 from seg.benchmark.limits import measure_limits
-from seg.benchmark.loading import data_wait_share, loader_throughput
+from seg.benchmark.loading import data_wait_share, loader_throughput, transform_steps
 from seg.benchmark.models import (
     DTYPES,
     ModelBenchSettings,
@@ -44,6 +44,10 @@ class BenchmarkOptions:
     isolate: bool = True  # each model in a fresh process (its own peak memory)
     limit_seconds: float = 3.0
     data_root: str | None = None  # default: $SEG_DATA_DIR, else the config's data.root
+    # The training config whose data and transform are measured, as train.py's overrides
+    # (e.g. ["+exp=dual_channel_pretrained_cpu_coco", "aug.paste_p=0.5"]).
+    data_config: list[str] = field(default_factory=lambda: ["data=human_mix"])
+    data_samples: int = 48  # samples of the per-step breakdown of the transform
     data_workers: list[int] = field(default_factory=lambda: [0, 2])
     data_seconds: float = 8.0
     data_model: str = "dual_channel"  # whose consumption the data pipeline must keep up with
@@ -62,6 +66,8 @@ class BenchmarkOptions:
                     f"{key}={getattr(self, key)!r} is not a configs/model name (no "
                     f"':compile' here); valid: {model_config_names()}"
                 )
+        if self.data_samples < 1:
+            raise ConfigError(f"data_samples must be >= 1, got {self.data_samples}")
         if any(w < 0 for w in self.data_workers):
             raise ConfigError(f"data_workers must be >= 0, got {self.data_workers}")
 
@@ -109,9 +115,10 @@ def run_models(opts: BenchmarkOptions) -> list[dict[str, Any]]:
 
 
 def run_data(opts: BenchmarkOptions, models: list[dict[str, Any]]) -> dict[str, Any]:
-    """Loader samples/s per worker count, the training consumption it must match, and the data
-    wait share of a short real training loop. Skipped (with the reason) without the data."""
-    overrides = ["data=human_mix", "data.download=false"]
+    """Loader samples/s per worker count, the training consumption it must match, the data
+    wait share of a short real training loop, and where a sample's time goes step by step.
+    Skipped (with the reason) without the data."""
+    overrides = [*opts.data_config, "data.download=false"]
     overrides += [f"data.root={opts.data_root}"] if opts.data_root else []
     cfg = compose_config(overrides)
     s = opts.settings
@@ -120,6 +127,7 @@ def run_data(opts: BenchmarkOptions, models: list[dict[str, Any]]) -> dict[str, 
             loader_throughput(cfg.data, cfg.aug, s.batch, w, seconds=opts.data_seconds)
             for w in opts.data_workers
         ]
+        steps = transform_steps(cfg.data, cfg.aug, opts.data_samples)
     except DatasetNotFoundError as err:
         return {"skipped": f"no training data: {err}".splitlines()[0]}
     loop = replace(s, steps=opts.data_steps, seconds=opts.data_seconds)
@@ -133,6 +141,7 @@ def run_data(opts: BenchmarkOptions, models: list[dict[str, Any]]) -> dict[str, 
         # Loading processes needed to feed the consumer at this per-process rate.
         row["workers_needed"] = consumed / row["samples_per_s_per_worker"]
     return {
+        "config": list(opts.data_config),
         "crop_size": list(cfg.aug.crop_size),
         "batch": s.batch,
         "consumer": opts.data_model,
@@ -140,6 +149,7 @@ def run_data(opts: BenchmarkOptions, models: list[dict[str, Any]]) -> dict[str, 
         "consumer_size": size,
         "loaders": loaders,
         "training_loop": wait,
+        "steps": steps,
     }
 
 
