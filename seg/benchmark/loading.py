@@ -59,7 +59,7 @@ class _TimedPool:
     """A ``RawPool`` that adds the time its ``load_raw`` calls take to ``seconds``."""
 
     def __init__(self, pool: RawPool) -> None:
-        self.pool, self.seconds, self.calls = pool, 0.0, 0
+        self.pool, self.seconds = pool, 0.0
         self.on_bad_sample: BadSamplePolicy = pool.on_bad_sample
 
     def __len__(self) -> int:
@@ -71,7 +71,6 @@ class _TimedPool:
             return self.pool.load_raw(index)
         finally:
             self.seconds += time.perf_counter() - start
-            self.calls += 1
 
 
 def transform_steps(

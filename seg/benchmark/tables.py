@@ -64,7 +64,7 @@ def format_data(data: dict[str, Any]) -> str:
     crop = "x".join(map(str, data["crop_size"]))
     consumer = f"{data['consumer']} {data['consumer_img_per_s']:.1f} img/s at "
     consumer += "x".join(map(str, data["consumer_size"]))
-    config = " ".join(data.get("config", ["data=human_mix"]))
+    config = " ".join(data["config"])
     lines = [
         f"data pipeline ({config}: train split, full train transform, {crop} crops, batch "
         f"{data['batch']}; training consumes: {consumer})",
@@ -84,17 +84,14 @@ def format_data(data: dict[str, Any]) -> str:
         f"{w['train_img_per_s']:.1f} img/s, {100 * w['data_wait_fraction']:.1f}% of step time "
         "waiting for data"
     )
-    if "steps" in data:
-        steps = data["steps"]
-        lines.append(
-            f"  one sample, step by step (main process, mean of {steps['samples']} samples: "
-            f"{steps['ms_per_sample']:.1f} ms)"
-        )
-        lines.append(f"    {'step':<40} {'ms/sample':>10} {'share':>6}")
-        for r in steps["rows"]:
-            lines.append(
-                f"    {r['step']:<40} {r['ms_per_sample']:>10.2f} {100 * r['share']:>5.1f}%"
-            )
+    steps = data["steps"]
+    lines.append(
+        f"  one sample, step by step (main process, mean of {steps['samples']} samples: "
+        f"{steps['ms_per_sample']:.1f} ms)"
+    )
+    lines.append(f"    {'step':<40} {'ms/sample':>10} {'share':>6}")
+    for r in steps["rows"]:
+        lines.append(f"    {r['step']:<40} {r['ms_per_sample']:>10.2f} {100 * r['share']:>5.1f}%")
     return "\n".join(lines)
 
 
