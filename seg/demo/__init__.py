@@ -1,12 +1,11 @@
-"""The local demo page of ``scripts/demo.py``: the page and what it computes
-(``seg.demo.page``), serving it and stopping it (``seg.demo.server``)."""
+"""The local demo page of ``scripts/demo.py``: what the page computes (``seg.demo.page``),
+its Gradio layout (``seg.demo.ui``), serving it and stopping it (``seg.demo.server``)."""
 
 from seg.demo.page import (
     FrameRate,
     Models,
     PhotoOptions,
     Requests,
-    build_page,
     example_photos,
     import_gradio,
     read_photo,
@@ -17,6 +16,7 @@ from seg.demo.page import (
     warm_up,
 )
 from seg.demo.server import STOP_GRACE, Stop, serve
+from seg.demo.ui import build_page
 
 __all__ = [
     "STOP_GRACE",

@@ -1,10 +1,11 @@
 """The demo page (``scripts/demo.py``): photos, videos and the webcam, segmented by the
 predictor and backends of ``predict.py`` (never a second inference path), in a Gradio page.
 
-Gradio is the optional extra ``pip install -e ".[demo]"``; this module imports it only in
-:func:`build_page`. What the page computes is plain functions of this module
-(:class:`Models`, :func:`segment_photo`, :func:`segment_video`, :class:`FrameRate`), so the
-browser test checks the page and these, not a copy of them. The runs it offers are found by
+Gradio is the optional extra ``pip install -e ".[demo]"``, imported only when a page is built
+or a handler wrapped (:func:`import_gradio`). What the page computes is plain functions of this
+module (:class:`Models`, :func:`segment_photo`, :func:`segment_video`, :class:`FrameRate`); the
+page's layout, one function per tab, is ``seg.demo.ui``, which only calls them, so the browser
+test checks the page and these, not a copy of them. The runs it offers are found by
 ``seg.checkpoint.find_runs`` and summed up by ``seg.evaluation.report.run_summary``; serving
 and stopping the page: ``seg.demo.server``.
 
@@ -19,7 +20,6 @@ import dataclasses
 import functools
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections import deque
@@ -43,10 +43,9 @@ from seg.config import (
 )
 from seg.data.io import MAX_IMAGE_PIXELS, BadSampleError, read_image
 from seg.errors import ConfigError, MissingFileError, UserError
-from seg.evaluation.report import run_summary
 from seg.inference.backend import load_for
-from seg.inference.media import IMAGE_EXTENSIONS, write_image
-from seg.inference.prediction import Cancelled, OutputSpec, predict_video
+from seg.inference.media import IMAGE_EXTENSIONS
+from seg.inference.prediction import OutputSpec, predict_video
 from seg.inference.predictor import Prediction, Predictor, predictor_from_options
 from seg.inference.render import Background, RenderOptions, render
 
@@ -273,213 +272,6 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             ) from None
 
     return handler
-
-
-def photo_input(gr: Any, **kwargs: Any) -> Any:
-    """An image box whose value is ``(uploaded file, its name)``: the file itself, read by
-    :func:`read_photo` as ``predict.py`` reads files (Gradio's own decoding would neither apply
-    the pixel limit nor name the file in its errors, and a corrupt file would fail before any
-    handler). The instance's ``preprocess`` is replaced: a subclass of a Gradio component
-    makes Gradio write a ``.pyi`` file beside this module."""
-    box = gr.Image(type="filepath", image_mode=None, **kwargs)
-
-    def preprocess(payload: Any) -> tuple[str, str] | None:
-        if payload is None:
-            return None
-        if payload.path is None:  # pasted as a data URL
-            return str(gr.Image.preprocess(box, payload)), "pasted image"
-        return payload.path, payload.orig_name or Path(payload.path).name
-
-    box.preprocess = preprocess
-    return box
-
-
-def build_page(
-    models: Models, cfg: DemoConfig, workdir: Path, requests: Requests | None = None
-) -> Any:
-    """The Gradio page (``gradio.Blocks``): Photo, Video, Webcam and Compare tabs. The files
-    it makes for download (cut-outs, videos) go into ``workdir``; its handlers run inside
-    ``requests`` (:meth:`Requests.handler`)."""
-    gr = import_gradio()
-    requests = requests or Requests()
-    handler = requests.handler
-
-    labels = models.labels
-    tmp = workdir
-    colours = ["green", "white", "black", "blue", "grey"]
-
-    def options(threshold, flip, scales, soft, colour, background) -> PhotoOptions:
-        return PhotoOptions(
-            threshold=float(threshold),
-            flip=bool(flip),
-            scales=bool(scales),
-            alpha=AlphaMode.soft if soft else AlphaMode.hard,
-            background=background[0] if background else colour,
-        )
-
-    @handler
-    def on_photo(label, photo, threshold, flip, scales, soft, colour, background):
-        if photo is None:
-            raise ConfigError("upload, paste or pick a photo first")
-        path, name = photo
-        image = read_photo(path, name, cfg.max_pixels)
-        started = time.perf_counter()
-        out = segment_photo(
-            models, label, image, options(threshold, flip, scales, soft, colour, background)
-        )
-        ms = 1000 * (time.perf_counter() - started)
-        cut = tmp / f"{Path(name).stem}_cutout.png"
-        write_image(cut, out[OutputKind.cutout])
-        h, w = image.shape[:2]
-        info = f"{name}: {w}x{h}, {ms:.0f} ms ({label})"
-        return (
-            out[OutputKind.mask],
-            out[OutputKind.overlay],
-            out[OutputKind.cutout],
-            out[OutputKind.blur],
-            out[OutputKind.replace],
-            str(cut),
-            info,
-        )
-
-    track = gr.Progress(track_tqdm=True)
-
-    @handler
-    def on_video(
-        label,
-        video,
-        kind,
-        threshold,
-        flip,
-        scales,
-        soft,
-        colour,
-        background,
-        progress=track,  # Gradio fills it: the bar follows predict_video's tqdm
-    ):
-        if video is None:
-            raise ConfigError("upload a video first")
-        opts = options(threshold, flip, scales, soft, colour, background)
-        out_dir = Path(tempfile.mkdtemp(dir=tmp))
-        try:
-            out = segment_video(
-                models, label, video, OutputKind(kind), out_dir, opts, requests.stopping
-            )
-        except Cancelled:
-            raise UserError("the demo server is stopping: the video was not finished") from None
-        return str(out)
-
-    @handler
-    def on_frame(frame, label, kind, rate):
-        rate = rate or FrameRate()  # one per browser session (gr.State)
-        if frame is None:
-            return None, "", rate
-        (pred,) = models.predict(label, [frame], False, False)
-        shown = render(OutputKind(kind), frame, pred, RenderOptions(background=Background("green")))
-        return shown, f"{rate.tick():.1f} frames/s", rate
-
-    @handler
-    def on_compare(left, right, photo):
-        if photo is None:
-            raise ConfigError("upload, paste or pick a photo first")
-        path, name = photo
-        image = read_photo(path, name, cfg.max_pixels)
-        views = []
-        for label in (left, right):
-            (pred,) = models.predict(label, [image], False, False)
-            views += [
-                render(OutputKind.overlay, image, pred, RenderOptions()),
-                run_summary(models.runs[label]),
-            ]
-        return tuple(views)
-
-    examples = example_photos(cfg.examples, cfg.max_examples)
-    with gr.Blocks(title="Person segmentation") as page:
-        gr.Markdown(
-            "# Person segmentation\nThe predictor of `scripts/predict.py`, on this machine."
-        )
-        model = gr.Dropdown(labels, value=labels[0], label="model", visible=len(labels) > 1)
-        card = gr.Markdown(run_summary(models.runs[labels[0]]), elem_id="card")
-        model.change(handler(lambda label: run_summary(models.runs[label])), model, card)
-        with gr.Accordion("options", open=False):
-            with gr.Row():
-                threshold = gr.Slider(
-                    0.05, 0.95, value=0.5, step=0.05, label="threshold (person probability)"
-                )
-                flip = gr.Checkbox(label="test-time flip")
-                scales = gr.Checkbox(label=f"scales {list(MULTI_SCALE)}")
-                soft = gr.Checkbox(label="soft edges (probability as alpha)")
-            with gr.Row():
-                colour = gr.Dropdown(colours, value="green", label="background colour")
-                background = photo_input(
-                    gr, label="background photo (optional)", sources=["upload"], height=160
-                )
-        controls = [threshold, flip, scales, soft, colour, background]
-        with gr.Tab("Photo"):
-            with gr.Row():
-                photo = photo_input(
-                    gr, label="photo", sources=["upload", "clipboard"], elem_id="photo", height=360
-                )
-                with gr.Column():
-                    go = gr.Button("Segment", variant="primary", elem_id="segment")
-                    info = gr.Markdown(elem_id="info")
-                    cut_file = gr.File(
-                        label="cut-out (PNG with transparency)", elem_id="cutout_file"
-                    )
-            if examples:
-                gr.Examples(examples, inputs=photo)
-            with gr.Row():
-                mask = gr.Image(label="mask", format="png", elem_id="mask", height=360)
-                overlay = gr.Image(label="overlay", format="jpeg", elem_id="overlay", height=360)
-                cutout = gr.Image(
-                    label="cut-out", format="png", image_mode="RGBA", elem_id="cutout", height=360
-                )
-            with gr.Row():
-                blur = gr.Image(label="background blurred", format="jpeg", height=360)
-                replace = gr.Image(label="background replaced", format="jpeg", height=360)
-            go.click(
-                on_photo,
-                [model, photo, *controls],
-                [mask, overlay, cutout, blur, replace, cut_file, info],
-            )
-        with gr.Tab("Video"):
-            with gr.Row():
-                video = gr.Video(label="video", sources=["upload"], elem_id="video_in")
-                video_out = gr.Video(label="result", format="webm", elem_id="video_out")
-            kind = gr.Radio([k.value for k in VIDEO_KINDS], value="overlay", label="output")
-            gr.Button("Process video", elem_id="process_video").click(
-                on_video, [model, video, kind, *controls], video_out
-            )
-        with gr.Tab("Webcam"):
-            with gr.Row():
-                cam = gr.Image(sources=["webcam"], streaming=True, label="webcam")
-                with gr.Column():
-                    cam_out = gr.Image(label="result", elem_id="webcam_result")
-                    fps = gr.Markdown(elem_id="fps")
-            cam_kind = gr.Radio([k.value for k in VIDEO_KINDS], value="overlay", label="output")
-            rate = gr.State(None)
-            cam.stream(
-                on_frame,
-                [cam, model, cam_kind, rate],
-                [cam_out, fps, rate],
-                stream_every=1 / cfg.webcam_fps,
-                time_limit=600,
-            )
-        with gr.Tab("Compare", visible=len(labels) > 1):
-            with gr.Row():
-                left = gr.Dropdown(labels, value=labels[0], label="left")
-                right = gr.Dropdown(labels, value=labels[-1], label="right")
-            both = photo_input(gr, label="photo", sources=["upload", "clipboard"], height=360)
-            compare = gr.Button("Compare", variant="primary")
-            with gr.Row():
-                with gr.Column():
-                    left_view, left_card = gr.Image(label="left", format="jpeg"), gr.Markdown()
-                with gr.Column():
-                    right_view, right_card = gr.Image(label="right", format="jpeg"), gr.Markdown()
-            compare.click(
-                on_compare, [left, right, both], [left_view, left_card, right_view, right_card]
-            )
-    return page
 
 
 def warm_up(models: Models, labels: Sequence[str] | None = None) -> None:

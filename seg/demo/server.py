@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from seg.config import DemoConfig
-from seg.demo.page import Models, Requests, build_page
+from seg.demo.page import Models, Requests
+from seg.demo.ui import build_page
 from seg.signals import StopSignals
 
 log = logging.getLogger(__name__)
