@@ -312,6 +312,18 @@ def test_bad_config_values_name_the_key(key: str, value) -> None:
             build(cfg)
 
 
+def test_paste_behind_without_pasting_is_refused() -> None:
+    """aug.paste_behind places the people aug.paste_p pastes: on its own it changes nothing, so
+    a run given only it would silently train without pasting (2026-12-06, a 72-minute run)."""
+    message = r"aug\.paste_behind=0\.5 is invalid: expected 0 while aug\.paste_p=0"
+    with pytest.raises(ValueError, match=message):
+        AugConfig(paste_behind=0.5)
+    with pytest.raises(ValueError, match=message):
+        compose_config(["+exp=dual_channel_pretrained_cpu", "aug.paste_behind=0.5"])
+    made = AugConfig(paste_p=0.5, paste_behind=0.5)
+    assert (made.paste_p, made.paste_behind) == (0.5, 0.5)
+
+
 def test_builders_accept_an_omegaconf_config() -> None:
     cfg = OmegaConf.structured(AugConfig(crop_size=[64, 48], interpolation="cubic"))
     image, mask = _blocks()

@@ -278,6 +278,14 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
         "jpeg_p",
     ):
         _number(cfg, key, 0.0, 1.0)
+    if cfg.paste_behind > 0 and cfg.paste_p == 0:
+        # paste_behind places the people paste_p pastes: alone it would train without either
+        raise ConfigError.invalid(
+            "aug.paste_behind",
+            cfg.paste_behind,
+            "0 while aug.paste_p=0 (nothing is pasted): set aug.paste_p > 0 to paste people, "
+            "e.g. aug.paste_p=0.5",
+        )
     _number(cfg, "hue", 0.0, 0.5)
     _number(cfg, "rotate", 0.0, 180.0)
     _number(cfg, "paste_feather", 0.0, 10.0)
