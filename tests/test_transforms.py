@@ -316,12 +316,13 @@ def test_paste_behind_without_pasting_is_refused() -> None:
     """aug.paste_behind places the people aug.paste_p pastes: on its own it changes nothing, so
     a run given only it would silently train without pasting (2026-12-06, a 72-minute run)."""
     message = r"aug\.paste_behind=0\.5 is invalid: expected 0 while aug\.paste_p=0"
+    cfg = compose_config(["+exp=dual_channel_pretrained_cpu", "aug.paste_behind=0.5"])
     with pytest.raises(ValueError, match=message):
-        AugConfig(paste_behind=0.5)
-    with pytest.raises(ValueError, match=message):
-        compose_config(["+exp=dual_channel_pretrained_cpu", "aug.paste_behind=0.5"])
-    made = AugConfig(paste_p=0.5, paste_behind=0.5)
-    assert (made.paste_p, made.paste_behind) == (0.5, 0.5)
+        build_train_transform(cfg.aug, pool=_OnePersonPool())
+    # A checkpoint's config that carries it still loads and evaluates.
+    build_eval_transform(cfg.aug)
+    pasting = dataclasses.replace(cfg.aug, paste_p=0.5)
+    build_train_transform(pasting, pool=_OnePersonPool())
 
 
 def test_builders_accept_an_omegaconf_config() -> None:

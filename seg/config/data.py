@@ -97,6 +97,12 @@ class DataConfig:
     # fetched like the others) or a folder of photos (relative to data.root, or absolute).
     negatives: str = "imagenet_negatives"
     negatives_p: float = 0.0
+    # Sizes (long, short side) at which named validation and test sources are scored instead
+    # of aug.eval_size, as mmsegmentation gives each dataset its own test scale: {coco128_seg:
+    # [800, 600]} enlarges COCO's far people towards the scale the close-up sources teach
+    # (docs/results.md, "Every person in the frame"). {} = every source at aug.eval_size;
+    # evaluate.py's eval_size=... scores every source at its size instead.
+    eval_sizes: dict[str, list[int]] = field(default_factory=dict)
     # Fractions for the deterministic splits of sets that publish none (ccp, vikram, folder),
     # and val_fraction also for the validation split carved from eg_portrait's official train list.
     val_fraction: float = 0.1
@@ -114,6 +120,11 @@ class DataConfig:
         for name, share in dict(self.source_shares or {}).items():
             if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
                 raise ConfigError.invalid(f"data.source_shares.{name}", share, "a share in (0, 1)")
+        for name, size in dict(self.eval_sizes or {}).items():
+            if not _positive_pair(size):
+                raise ConfigError.invalid(
+                    f"data.eval_sizes.{name}", size, "2 positive integers [long, short]"
+                )
         if sum(dict(self.source_shares or {}).values()) >= 1:
             raise ConfigError(
                 f"data.source_shares={dict(self.source_shares)} sum to 1 or more: the other "
@@ -125,6 +136,13 @@ class DataConfig:
                 f"{self.val_fraction + self.test_fraction} leaves no training data; their sum "
                 "must be below 1"
             )
+
+
+def _positive_pair(value: object) -> bool:
+    items = list(value) if isinstance(value, (list, tuple)) or hasattr(value, "__len__") else []
+    return len(items) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items
+    )
 
 
 @dataclass
@@ -278,14 +296,6 @@ def check_aug_config_ranges(cfg: AugConfig) -> None:
         "jpeg_p",
     ):
         _number(cfg, key, 0.0, 1.0)
-    if cfg.paste_behind > 0 and cfg.paste_p == 0:
-        # paste_behind places the people paste_p pastes: alone it would train without either
-        raise ConfigError.invalid(
-            "aug.paste_behind",
-            cfg.paste_behind,
-            "0 while aug.paste_p=0 (nothing is pasted): set aug.paste_p > 0 to paste people, "
-            "e.g. aug.paste_p=0.5",
-        )
     _number(cfg, "hue", 0.0, 0.5)
     _number(cfg, "rotate", 0.0, 180.0)
     _number(cfg, "paste_feather", 0.0, 10.0)

@@ -98,6 +98,16 @@ def build_train_transform(
     inputs give the same samples; see ``seed_worker`` for DataLoaders.
     """
     p = check_aug_config(cfg)
+    if p.paste_behind > 0 and p.paste_p == 0:
+        # paste_behind places the people paste_p pastes: alone it would train without either.
+        # Refused here, where training starts, not in the schema: checkpoints that carry it
+        # still load.
+        raise ConfigError.invalid(
+            "aug.paste_behind",
+            p.paste_behind,
+            "0 while aug.paste_p=0 (nothing is pasted): set aug.paste_p > 0 to paste people, "
+            "e.g. aug.paste_p=0.5",
+        )
     if p.paste_p > 0 and pool is None:
         raise ConfigError(
             f"aug.paste_p={p.paste_p} pastes people from the training samples: pass "
