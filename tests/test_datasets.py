@@ -16,6 +16,7 @@ from seg.data import (
     build_dataset,
     build_eval_datasets,
     build_train_dataset,
+    eval_sizes,
     save_splits,
     split_bad,
     train_source_names,
@@ -78,6 +79,34 @@ def test_human_mix_trains_on_the_union_and_evaluates_per_source(data_env: Path) 
     for bad in (["ccp"], ["coco128_seg", "coco128_seg"]):
         with pytest.raises(ValueError, match=r"data\.val_sources=.*'coco128_seg'.*train_sources"):
             build_eval_datasets(dataclasses.replace(cfg, val_sources=bad), "val")
+
+
+def test_each_source_is_scored_at_its_eval_size(data_env: Path) -> None:
+    """data.eval_sizes (human_mix: coco128_seg at 800x600) gives named sources their own eval
+    size, the others keep aug.eval_size; a dataset that is not a source here is passed over,
+    a name that is no dataset and a size that is not two positive integers fail, naming them."""
+    cfg = compose_config(["+exp=dual_channel_pretrained_cpu"])
+    sizes = eval_sizes(cfg.data, cfg.aug.eval_size)
+    assert sizes == {
+        "eg_portrait": [480, 360],
+        "ccp": [480, 360],
+        "vikram_human_seg": [480, 360],
+        "coco128_seg": [800, 600],
+    }
+    transforms = {
+        name: build_eval_transform(dataclasses.replace(cfg.aug, eval_size=size))
+        for name, size in sizes.items()
+    }
+    per_source = build_eval_datasets(cfg.data, "val", transforms)
+    coco = per_source["coco128_seg"][0]["image"].shape  # a landscape COCO photo: 800 wide
+    portrait = per_source["eg_portrait"][0]["image"].shape  # 600x800: 480 high
+    assert (max(coco[1:]), max(portrait[1:])) == (800, 480)
+    no_coco = dataclasses.replace(cfg.data, val_sources=[])
+    assert "coco128_seg" not in eval_sizes(no_coco, [480, 360])
+    with pytest.raises(ValueError, match=r"data\.eval_sizes names \['cocoo'\], which are no "):
+        eval_sizes(dataclasses.replace(cfg.data, eval_sizes={"cocoo": [8, 6]}), [480, 360])
+    with pytest.raises(ValueError, match=r"data\.eval_sizes\.coco128_seg=\[640\] is invalid"):
+        compose_config(["+exp=dual_channel_pretrained_cpu", "data.eval_sizes.coco128_seg=[640]"])
 
 
 def test_train_sources_hold_sources_out_of_training_only(data_env: Path) -> None:

@@ -455,3 +455,25 @@ def test_photos_whose_labels_tell_people_apart_are_scored_by_person_size(
             assert 0 <= sizes[f"iou_{n}"] <= sizes[f"recall_{n}"] <= 1
     assert "people by size" in (out / "report.txt").read_text()
     assert json.loads((out / "metrics.json").read_text())["person_sizes"]["coco128_seg"] == sizes
+
+
+def test_a_source_is_evaluated_at_its_own_eval_size(
+    tiny_checkpoint: Path, data_env: Path, tmp_path: Path
+) -> None:
+    """data=coco128_seg scores COCO's photos at data.eval_sizes' 800x600, not the checkpoint's
+    aug.eval_size: the same counts as eval_size=[800,600] given for every source, other
+    counts than the checkpoint's size; eval_size=... wins over data.eval_sizes."""
+    args = [f"checkpoint={tiny_checkpoint}", "data=coco128_seg", "split=val", "max_images=4"]
+    args += ["worst=0", "num_workers=0", "progress=false", "device=cpu", "backend=torch"]
+
+    def scored(*extra: str) -> dict:
+        out = tmp_path / f"eval{len(list(tmp_path.iterdir()))}"
+        return run_evaluation(compose_eval_config([*args, *extra, f"out={out}"]))
+
+    own = scored()
+    assert own["eval_sizes"] == {"coco128_seg": [800, 600]}
+    given = scored("eval_size=[800,600]")
+    assert given["confusion"] == own["confusion"]
+    trained = scored("eval_size=[64,48]")
+    assert trained["eval_sizes"] == {"coco128_seg": [64, 48]}
+    assert trained["confusion"] != own["confusion"]

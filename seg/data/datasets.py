@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -281,15 +281,30 @@ def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = Non
     return dataset
 
 
+def eval_sizes(cfg: DataConfig, default: Sequence[int]) -> dict[str, list[int]]:
+    """The size (long, short side) each validation and test source is scored at: its entry of
+    ``data.eval_sizes``, else ``default`` (``aug.eval_size``). Entries of datasets that are
+    not sources here are passed over (``data.val_sources=[]`` drops coco128_seg, not its
+    size); a name that is no dataset fails, naming the valid ones."""
+    given = {str(k): [int(v) for v in size] for k, size in dict(cfg.eval_sizes or {}).items()}
+    unknown = sorted(set(given) - set(DATASETS))
+    if unknown:
+        raise ConfigError(
+            f"data.eval_sizes names {unknown}, which are no datasets; valid: {sorted(DATASETS)}"
+        )
+    return {name: given.get(name, [int(v) for v in default]) for name in eval_source_names(cfg)}
+
+
 def build_eval_datasets(
-    cfg: DataConfig, split: str, transform: Transform | None = None
+    cfg: DataConfig, split: str, transform: Transform | Mapping[str, Transform] | None = None
 ) -> dict[str, SegDataset]:
     """One dataset per source for a split, so that results are reported per source; a bad
-    pair under ``on_bad_sample=skip`` is dropped (``drop_bad``), never replaced."""
+    pair under ``on_bad_sample=skip`` is dropped (``drop_bad``), never replaced. ``transform``
+    is every source's, or one per source (by name: sizes of their own, ``eval_sizes``)."""
     return {
         name: SegDataset(
             list_source(cfg, name).split_refs(split),
-            transform,
+            transform.get(name) if isinstance(transform, Mapping) else transform,
             cfg.on_bad_sample,
             drop_bad=True,
         )
@@ -316,6 +331,7 @@ __all__ = [
     "build_dataset",
     "build_eval_datasets",
     "build_train_dataset",
+    "eval_sizes",
     "eval_source_names",
     "has_instances",
     "list_source",

@@ -20,7 +20,13 @@ from torch.utils.data import DataLoader
 from seg import distributed as du
 from seg.checkpoint import CheckpointError
 from seg.config import Config
-from seg.data import IGNORE_INDEX, build_eval_datasets, build_train_dataset, train_source_names
+from seg.data import (
+    IGNORE_INDEX,
+    build_eval_datasets,
+    build_train_dataset,
+    eval_sizes,
+    train_source_names,
+)
 from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.checkpointer import restore_rng
 from seg.engine.loaders import ResumableSampler, build_train_loader, build_val_loader
@@ -141,7 +147,11 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     model, model_without_ddp = build_ddp_model(cfg, devices, ckpt)
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
-    val_sets = build_eval_datasets(cfg.data, t.val_split, build_eval_transform(eval_aug))
+    transforms = {  # each source at its size (data.eval_sizes, else aug.eval_size)
+        name: build_eval_transform(dataclasses.replace(eval_aug, eval_size=size))
+        for name, size in eval_sizes(cfg.data, eval_aug.eval_size).items()
+    }
+    val_sets = build_eval_datasets(cfg.data, t.val_split, transforms)
     selection = Selection.of_run(t.best_metric, list(val_sets), train_source_names(cfg.data))
     chosen = list(selection.sources)
     if not sum(len(val_sets[name]) for name in chosen):

@@ -420,7 +420,11 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
         log.info(
             "final validation (%s split, at %s):\n%s",
             t.val_split,
-            "x".join(map(str, cfg.aug.eval_size)),
+            "x".join(map(str, cfg.aug.eval_size))
+            + "".join(
+                f", {name} at {'x'.join(map(str, size))}"
+                for name, size in dict(cfg.data.eval_sizes or {}).items()
+            ),
             format_training_report(result, p.sources, t.target_pixel_acc, p.selection),
         )
     return result

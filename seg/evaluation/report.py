@@ -283,7 +283,8 @@ def run_summary(checkpoint: Path) -> str:
         f"- trained: epoch {ckpt.get('epoch', '?')}, step {ckpt.get('step', '?')} of "
         f"{cfg.trainer.epochs} epochs on {', '.join(cfg.data.sources)}"
         + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else ""),
-        f"- evaluated at {cfg.aug.eval_size[0]}x{cfg.aug.eval_size[1]} (long x short side)",
+        f"- evaluated at {cfg.aug.eval_size[0]}x{cfg.aug.eval_size[1]} (long x short side)"
+        + "".join(f", {n} at {s[0]}x{s[1]}" for n, s in dict(cfg.data.eval_sizes or {}).items()),
     ]
     sources = metric_sources(metrics)
     if sources:

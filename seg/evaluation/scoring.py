@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from tqdm import tqdm
 from seg import distributed as du
 from seg.checkpoint import checkpoint_file
 from seg.config import Config, DataConfig, EvalConfig, InferencePrecision
-from seg.data import split_bad
+from seg.data import eval_sizes, split_bad
 from seg.data.download import resolve_data_root
 from seg.distributed import shard
 from seg.errors import DataError
@@ -62,16 +63,17 @@ def default_out_dir(checkpoint: str | Path, data_name: str, split: str) -> Path:
 
 
 def score_items(
-    predictor: Predictor,
+    predictors: Mapping[str, Predictor],
     items: list[Item],
     cfg: EvalConfig,
     num_classes: int,
     sources: list[str],
     sizes: dict[str, SizeSplit] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, SegMetrics], list[str]]:
-    """Score ``items``: (per-image rows with their ``index``, per-source accumulators, the
-    messages of bad pairs skipped under ``on_bad_sample=skip``). The photos of the sources in
-    ``sizes`` whose labels tell people apart are also counted there, by person size."""
+    """Score ``items``, each source's by its predictor in ``predictors`` (its eval size):
+    (per-image rows with their ``index``, per-source accumulators, the messages of bad pairs
+    skipped under ``on_bad_sample=skip``). The photos of the sources in ``sizes`` whose labels
+    tell people apart are also counted there, by person size."""
     by_index = {item.index: item for item in items}
     sizes = sizes if sizes is not None else {}
     totals = {s: SegMetrics(num_classes) for s in sources}
@@ -82,8 +84,12 @@ def score_items(
     for batch in raw_loader(items, cfg.batch_size, cfg.num_workers) if items else []:
         good, bad = split_bad(batch)
         skipped += bad
-        labels = predictor.labels([s.pop("image") for s in good])  # the photos are done with
-        for sample, label in zip(good, labels, strict=True):
+        labelled = []
+        for source in dict.fromkeys(by_index[s["index"]].source for s in good):
+            group = [s for s in good if by_index[s["index"]].source == source]
+            labels = predictors[source].labels([s.pop("image") for s in group])  # done with
+            labelled += zip(group, labels, strict=True)
+        for sample, label in labelled:
             item = by_index[sample["index"]]
             truth = torch.from_numpy(sample.pop("mask"))
             people = sample.pop("instances", None)
@@ -112,7 +118,7 @@ def _reduce(totals: dict[str, SegMetrics] | dict[str, SizeSplit], device: torch.
 
 
 def write_gallery(
-    predictor: Predictor,
+    predictors: Mapping[str, Predictor],
     items: list[Item],
     rows: list[dict[str, Any]],
     cfg: EvalConfig,
@@ -128,7 +134,7 @@ def write_gallery(
     for rank, row in enumerate(worst_rows(rows, cfg.worst), start=1):
         item = items[row["index"]]
         image, truth = item.dataset.load_raw(item.position)
-        pred = (predictor.labels([image])[0] == 1).numpy()
+        pred = (predictors[item.source].labels([image])[0] == 1).numpy()
         iou, acc = percent(row["iou"], 1), percent(row["pixel_acc"], 1)
         text = f"{item.source}/{item.name}  IoU {iou}  acc {acc}"
         panels = four_panels(image, truth, pred, text, cfg.worst_height)
@@ -139,30 +145,50 @@ def write_gallery(
 
 def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
     model, train_cfg = load_for(cfg)
+    data = cfg.data if cfg.data is not None else train_cfg.data  # the checkpoint's, or given
     if cfg.eval_size is not None:
-        # replace, not assign: the schema checks the new size when it is made
+        # replace, not assign: the schema checks the new size when it is made; every source
+        # at it, data.eval_sizes too
         train_cfg.aug = dataclasses.replace(
             train_cfg.aug, eval_size=[int(v) for v in cfg.eval_size]
         )
+        data = dataclasses.replace(data, eval_sizes={})
     if cfg.data is not None:
-        return model, train_cfg, cfg.data
-    data = train_cfg.data  # the checkpoint's; its root may be another machine's path
+        return model, train_cfg, data
+    # The checkpoint's data.root may be another machine's path.
     if data.root is not None and not resolve_data_root(data.root).is_dir():
         log.info("data.root %s of the checkpoint is not here: using this machine's", data.root)
         data = dataclasses.replace(data, root=None)
     return model, train_cfg, data
 
 
+def source_predictors(
+    model: Any, train_cfg: Config, cfg: EvalConfig, data: DataConfig
+) -> dict[str, Predictor]:
+    """A predictor per validation and test source of ``data``, at its eval size
+    (``data.eval_sizes``, else ``aug.eval_size``); sources of one size share one."""
+    by_size: dict[tuple[int, ...], Predictor] = {}
+    out = {}
+    for source, size in eval_sizes(data, train_cfg.aug.eval_size).items():
+        if tuple(size) not in by_size:
+            aug = dataclasses.replace(train_cfg.aug, eval_size=size)
+            at_size = dataclasses.replace(train_cfg, aug=aug)
+            by_size[tuple(size)] = predictor_from_options(model, at_size, cfg)
+        out[source] = by_size[tuple(size)]
+    return out
+
+
 def _result(
     cfg: EvalConfig,
     train_cfg: Config,
     data_name: str,
-    predictor: Predictor,
+    predictors: Mapping[str, Predictor],
     totals: dict[str, SegMetrics],
     skipped: list[str],
     sizes: dict[str, SizeSplit],
 ) -> dict[str, Any]:
     """The content of ``metrics.json`` (before NaN becomes null)."""
+    predictor = next(iter(predictors.values()))  # device, backend and windows: the same in all
     overall = SegMetrics(train_cfg.model.num_classes)
     for metrics in totals.values():
         overall.merge_(metrics)
@@ -181,6 +207,7 @@ def _result(
         "slide": slide,
         "refine": dataclasses.asdict(cfg.refine) if cfg.refine.guided else None,
         "eval_size": list(train_cfg.aug.eval_size),
+        "eval_sizes": {s: list(predictors[s].eval_size) for s in totals},
         "target_pixel_acc": target,
         "pass": meets_target(acc, target),
         "overall": summary(overall),
@@ -198,7 +225,7 @@ def _result(
 def write_outputs(
     result: dict[str, Any],
     rows: list[dict[str, Any]],
-    predictor: Predictor,
+    predictors: Mapping[str, Predictor],
     items: list[Item],
     cfg: EvalConfig,
     out_dir: Path,
@@ -209,7 +236,7 @@ def write_outputs(
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "per_image.csv", rows)
     t0 = time.perf_counter()
-    write_gallery(predictor, items, rows, cfg, out_dir)
+    write_gallery(predictors, items, rows, cfg, out_dir)
     now = time.perf_counter()
     result["timing_s"].update(gallery=round(now - t0, 2), total=round(now - started, 2))
     result = json_safe(result)
@@ -220,7 +247,7 @@ def write_outputs(
 
 def _score(
     cfg: EvalConfig,
-    predictor: Predictor,
+    predictors: Mapping[str, Predictor],
     items: list[Item],
     train_cfg: Config,
     data_name: str,
@@ -231,6 +258,7 @@ def _score(
     the result (as ``metrics.json``) on every rank."""
     sources = list(dict.fromkeys(i.source for i in items))
     mine = [items[i] for i in shard(len(items), du.rank(), du.world_size())]
+    predictor = next(iter(predictors.values()))
     log.info(
         "evaluating %d of %d image(s) of %s/%s on %s, eval size %s, tta %s, scales %s, "
         "sliding windows %s",
@@ -239,7 +267,7 @@ def _score(
         data_name,
         cfg.split,
         predictor.device,
-        train_cfg.aug.eval_size,
+        {s: list(predictors[s].eval_size) for s in sources},
         [t.value for t in cfg.tta],
         list(cfg.scales),
         predictor.window,
@@ -250,7 +278,7 @@ def _score(
         s: SizeSplit() for s in sources if any(i.source == s and i.has_instances for i in items)
     }
     classes = train_cfg.model.num_classes
-    rows, totals, skipped = score_items(predictor, mine, cfg, classes, sources, sizes)
+    rows, totals, skipped = score_items(predictors, mine, cfg, classes, sources, sizes)
     _reduce(totals, predictor.device)
     _reduce(sizes, predictor.device)
     gathered = [r for part in du.all_gather_object(rows) for r in part]
@@ -262,13 +290,13 @@ def _score(
             f"are bad (data.on_bad_sample=skip), e.g. {skipped[0] if skipped else '?'}"
         )
     scoring_s = time.perf_counter() - t0
-    result = _result(cfg, train_cfg, data_name, predictor, totals, skipped, sizes)
+    result = _result(cfg, train_cfg, data_name, predictors, totals, skipped, sizes)
     result["timing_s"] = {
         "scoring": round(scoring_s, 2),
         "images_per_s": round(len(rows) / max(scoring_s, 1e-9), 2),
     }
     if du.is_main_process():
-        result = write_outputs(result, rows, predictor, items, cfg, out_dir, started)
+        result = write_outputs(result, rows, predictors, items, cfg, out_dir, started)
     result = du.broadcast_object(json_safe(result))
     return result
 
@@ -285,11 +313,11 @@ def run_evaluation(cfg: EvalConfig) -> dict[str, Any]:
     data_name = str(data_cfg.name)
     out_dir = Path(cfg.out) if cfg.out else default_out_dir(cfg.checkpoint, data_name, cfg.split)
     items = list_items(data_cfg, cfg.split, cfg.max_images)
-    predictor = predictor_from_options(model, train_cfg, cfg)
+    predictors = source_predictors(model, train_cfg, cfg, data_cfg)
     owns_group = not du.is_distributed()  # a caller's process group is left alone
-    du.init_distributed(predictor.model.devices)
+    du.init_distributed(next(iter(predictors.values())).model.devices)
     try:
-        result = _score(cfg, predictor, items, train_cfg, data_name, out_dir, started)
+        result = _score(cfg, predictors, items, train_cfg, data_name, out_dir, started)
     finally:
         if owns_group:
             du.destroy_distributed()
