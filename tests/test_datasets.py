@@ -82,9 +82,10 @@ def test_human_mix_trains_on_the_union_and_evaluates_per_source(data_env: Path) 
 
 
 def test_each_source_is_scored_at_its_eval_size(data_env: Path) -> None:
-    """data.eval_sizes (human_mix: coco128_seg at 800x600) gives named sources their own eval
-    size, the others keep aug.eval_size; a dataset that is not a source here is passed over,
-    a name that is no dataset and a size that is not two positive integers fail, naming them."""
+    """data.eval_scales (human_mix: coco128_seg at 5/3, 800x600 for the CPU recipe's 480x360)
+    gives named sources their own eval size, the others keep aug.eval_size; a dataset that is
+    not a source here is passed over, a name that is no dataset and a scale out of range fail,
+    naming them."""
     cfg = compose_config(["+exp=dual_channel_pretrained_cpu"])
     sizes = eval_sizes(cfg.data, cfg.aug.eval_size)
     assert sizes == {
@@ -103,10 +104,12 @@ def test_each_source_is_scored_at_its_eval_size(data_env: Path) -> None:
     assert (max(coco[1:]), max(portrait[1:])) == (800, 480)
     no_coco = dataclasses.replace(cfg.data, val_sources=[])
     assert "coco128_seg" not in eval_sizes(no_coco, [480, 360])
-    with pytest.raises(ValueError, match=r"data\.eval_sizes names \['cocoo'\], which are no "):
-        eval_sizes(dataclasses.replace(cfg.data, eval_sizes={"cocoo": [8, 6]}), [480, 360])
-    with pytest.raises(ValueError, match=r"data\.eval_sizes\.coco128_seg=\[640\] is invalid"):
-        compose_config(["+exp=dual_channel_pretrained_cpu", "data.eval_sizes.coco128_seg=[640]"])
+    with pytest.raises(ValueError, match=r"data\.eval_scales names \['cocoo'\], which are no "):
+        eval_sizes(dataclasses.replace(cfg.data, eval_scales={"cocoo": 2.0}), [480, 360])
+    with pytest.raises(ValueError, match=r"data\.eval_scales\.coco128_seg=0\.0 is invalid"):
+        compose_config(["+exp=dual_channel_pretrained_cpu", "data.eval_scales.coco128_seg=0"])
+    with pytest.raises(ValueError, match=r"data\.eval_scales\.coco128_seg=-1\.0 is invalid"):
+        DataConfig(eval_scales={"coco128_seg": -1.0})
 
 
 def test_train_sources_hold_sources_out_of_training_only(data_env: Path) -> None:

@@ -460,9 +460,9 @@ def test_photos_whose_labels_tell_people_apart_are_scored_by_person_size(
 def test_a_source_is_evaluated_at_its_own_eval_size(
     tiny_checkpoint: Path, data_env: Path, tmp_path: Path
 ) -> None:
-    """data=coco128_seg scores COCO's photos at data.eval_sizes' 800x600, not the checkpoint's
-    aug.eval_size: the same counts as eval_size=[800,600] given for every source, other
-    counts than the checkpoint's size; eval_size=... wins over data.eval_sizes."""
+    """data=coco128_seg scores COCO's photos at data.eval_scales' 5/3 of the checkpoint's
+    aug.eval_size: the same counts as that size given as eval_size=..., other counts than the
+    checkpoint's own size; eval_size=... wins over data.eval_scales."""
     args = [f"checkpoint={tiny_checkpoint}", "data=coco128_seg", "split=val", "max_images=4"]
     args += ["worst=0", "num_workers=0", "progress=false", "device=cpu", "backend=torch"]
 
@@ -471,9 +471,11 @@ def test_a_source_is_evaluated_at_its_own_eval_size(
         return run_evaluation(compose_eval_config([*args, *extra, f"out={out}"]))
 
     own = scored()
-    assert own["eval_sizes"] == {"coco128_seg": [800, 600]}
-    given = scored("eval_size=[800,600]")
-    assert given["confusion"] == own["confusion"]
-    trained = scored("eval_size=[64,48]")
-    assert trained["eval_sizes"] == {"coco128_seg": [64, 48]}
-    assert trained["confusion"] != own["confusion"]
+    trained = own["eval_size"]  # the checkpoint's
+    size = [round(v * 1.6667) for v in trained]
+    assert own["eval_sizes"] == {"coco128_seg": size} and size[0] > trained[0]
+    given = scored(f"eval_size=[{size[0]},{size[1]}]")
+    assert given["eval_sizes"] == own["eval_sizes"] and given["confusion"] == own["confusion"]
+    plain = scored(f"eval_size=[{trained[0]},{trained[1]}]")
+    assert plain["eval_sizes"] == {"coco128_seg": trained}
+    assert plain["confusion"] != own["confusion"]

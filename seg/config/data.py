@@ -97,12 +97,12 @@ class DataConfig:
     # fetched like the others) or a folder of photos (relative to data.root, or absolute).
     negatives: str = "imagenet_negatives"
     negatives_p: float = 0.0
-    # Sizes (long, short side) at which named validation and test sources are scored instead
-    # of aug.eval_size, as mmsegmentation gives each dataset its own test scale: {coco128_seg:
-    # [800, 600]} enlarges COCO's far people towards the scale the close-up sources teach
-    # (docs/results.md, "Every person in the frame"). {} = every source at aug.eval_size;
-    # evaluate.py's eval_size=... scores every source at its size instead.
-    eval_sizes: dict[str, list[int]] = field(default_factory=dict)
+    # Multiples of aug.eval_size at which named validation and test sources are scored, as
+    # mmsegmentation gives each dataset its own test scale: {coco128_seg: 1.6667} scores COCO's
+    # photos at 800x600 where aug.eval_size is 480x360, enlarging its far people towards the
+    # scale the close-up sources teach (docs/results.md, "Every person in the frame"). {} =
+    # every source at aug.eval_size; evaluate.py's eval_size=... scores every source at it.
+    eval_scales: dict[str, float] = field(default_factory=dict)
     # Fractions for the deterministic splits of sets that publish none (ccp, vikram, folder),
     # and val_fraction also for the validation split carved from eg_portrait's official train list.
     val_fraction: float = 0.1
@@ -120,10 +120,10 @@ class DataConfig:
         for name, share in dict(self.source_shares or {}).items():
             if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
                 raise ConfigError.invalid(f"data.source_shares.{name}", share, "a share in (0, 1)")
-        for name, size in dict(self.eval_sizes or {}).items():
-            if not _positive_pair(size):
+        for name, scale in dict(self.eval_scales or {}).items():
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 8:
                 raise ConfigError.invalid(
-                    f"data.eval_sizes.{name}", size, "2 positive integers [long, short]"
+                    f"data.eval_scales.{name}", scale, "a multiple of aug.eval_size in (0, 8]"
                 )
         if sum(dict(self.source_shares or {}).values()) >= 1:
             raise ConfigError(
@@ -138,11 +138,10 @@ class DataConfig:
             )
 
 
-def _positive_pair(value: object) -> bool:
-    items = list(value) if isinstance(value, (list, tuple)) or hasattr(value, "__len__") else []
-    return len(items) == 2 and all(
-        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items
-    )
+def scaled_eval_size(eval_size: list[int] | tuple[int, ...], scale: float) -> list[int]:
+    """``eval_size`` times ``scale``, rounded (at least 1 pixel): a source's size of
+    ``data.eval_scales``, a test-time scale's of ``scales=[...]``."""
+    return [max(1, round(int(v) * scale)) for v in eval_size]
 
 
 @dataclass

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from seg.config import AugConfig, BadSamplePolicy, DataConfig, MaskEncoding
+from seg.config.data import scaled_eval_size
 from seg.data.coco import (
     list_negatives,
     read_coco_instances,
@@ -282,17 +283,20 @@ def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = Non
 
 
 def eval_sizes(cfg: DataConfig, default: Sequence[int]) -> dict[str, list[int]]:
-    """The size (long, short side) each validation and test source is scored at: its entry of
-    ``data.eval_sizes``, else ``default`` (``aug.eval_size``). Entries of datasets that are
-    not sources here are passed over (``data.val_sources=[]`` drops coco128_seg, not its
-    size); a name that is no dataset fails, naming the valid ones."""
-    given = {str(k): [int(v) for v in size] for k, size in dict(cfg.eval_sizes or {}).items()}
-    unknown = sorted(set(given) - set(DATASETS))
+    """The size (long, short side) each validation and test source is scored at: ``default``
+    (``aug.eval_size``) times its entry of ``data.eval_scales`` (1 without one). Entries of
+    datasets that are not sources here are passed over (``data.val_sources=[]`` drops
+    coco128_seg, not its scale); a name that is no dataset fails, naming the valid ones."""
+    scales = {str(k): float(v) for k, v in dict(cfg.eval_scales or {}).items()}
+    unknown = sorted(set(scales) - set(DATASETS))
     if unknown:
         raise ConfigError(
-            f"data.eval_sizes names {unknown}, which are no datasets; valid: {sorted(DATASETS)}"
+            f"data.eval_scales names {unknown}, which are no datasets; valid: {sorted(DATASETS)}"
         )
-    return {name: given.get(name, [int(v) for v in default]) for name in eval_source_names(cfg)}
+    return {
+        name: scaled_eval_size(list(default), scales.get(name, 1.0))
+        for name in eval_source_names(cfg)
+    }
 
 
 def build_eval_datasets(

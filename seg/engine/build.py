@@ -147,7 +147,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
     model, model_without_ddp = build_ddp_model(cfg, devices, ckpt)
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
-    transforms = {  # each source at its size (data.eval_sizes, else aug.eval_size)
+    transforms = {  # each source at its size (aug.eval_size times its data.eval_scales)
         name: build_eval_transform(dataclasses.replace(eval_aug, eval_size=size))
         for name, size in eval_sizes(cfg.data, eval_aug.eval_size).items()
     }

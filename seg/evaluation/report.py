@@ -284,7 +284,7 @@ def run_summary(checkpoint: Path) -> str:
         f"{cfg.trainer.epochs} epochs on {', '.join(cfg.data.sources)}"
         + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else ""),
         f"- evaluated at {cfg.aug.eval_size[0]}x{cfg.aug.eval_size[1]} (long x short side)"
-        + "".join(f", {n} at {s[0]}x{s[1]}" for n, s in dict(cfg.data.eval_sizes or {}).items()),
+        + "".join(f", {n} at {s:g}x that" for n, s in dict(cfg.data.eval_scales or {}).items()),
     ]
     sources = metric_sources(metrics)
     if sources:

@@ -148,11 +148,11 @@ def _setup(cfg: EvalConfig) -> tuple[Any, Config, DataConfig]:
     data = cfg.data if cfg.data is not None else train_cfg.data  # the checkpoint's, or given
     if cfg.eval_size is not None:
         # replace, not assign: the schema checks the new size when it is made; every source
-        # at it, data.eval_sizes too
+        # at it, those of data.eval_scales too
         train_cfg.aug = dataclasses.replace(
             train_cfg.aug, eval_size=[int(v) for v in cfg.eval_size]
         )
-        data = dataclasses.replace(data, eval_sizes={})
+        data = dataclasses.replace(data, eval_scales={})
     if cfg.data is not None:
         return model, train_cfg, data
     # The checkpoint's data.root may be another machine's path.
@@ -166,7 +166,7 @@ def source_predictors(
     model: Any, train_cfg: Config, cfg: EvalConfig, data: DataConfig
 ) -> dict[str, Predictor]:
     """A predictor per validation and test source of ``data``, at its eval size
-    (``data.eval_sizes``, else ``aug.eval_size``); sources of one size share one."""
+    (``aug.eval_size`` times its ``data.eval_scales``); sources of one size share one."""
     by_size: dict[tuple[int, ...], Predictor] = {}
     out = {}
     for source, size in eval_sizes(data, train_cfg.aug.eval_size).items():

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seg.config import PERSON, TTA, Config, PredictorOptions
+from seg.config.data import scaled_eval_size
 from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import EvalImageTransform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
@@ -352,7 +353,8 @@ def _class_map(p: Tensor) -> Tensor:
 
 def scaled_size(eval_size: Sequence[int], scale: float) -> tuple[int, int]:
     """``eval_size`` (H, W) times ``scale``, rounded, at least 1 pixel."""
-    return max(1, round(eval_size[0] * scale)), max(1, round(eval_size[1] * scale))
+    h, w = scaled_eval_size(eval_size[:2], scale)
+    return h, w
 
 
 def build_predictor(
