@@ -28,6 +28,7 @@ from seg.data.coco_mini import (
 from seg.data.datasets import read_pair, shared_refs
 from seg.data.download import MARKER, DownloadError
 from seg.data.io import BadSampleError
+from seg.data.transforms import SourceTransforms
 from seg.errors import ConfigError
 
 MINI = "coco_mini_person"
@@ -156,6 +157,54 @@ def test_a_source_share_repeats_its_photos_to_that_share_of_the_epoch(data_env: 
         shared_refs(wrong, [])
     with pytest.raises(ConfigError, match=r"data.source_shares.coco_mini_person=1.5 is invalid"):
         compose_config([*base, "+data.source_shares={coco_mini_person: 1.5}"])
+
+
+def test_a_train_scale_resizes_that_sources_photos_alone(data_env: Path) -> None:
+    """data.train_scales={coco_mini_person: 1.6667}: COCO's photos are resized to long side
+    800 before the crop, the other sources' to aug.train_size (480), in the real training
+    dataset; its pipelines are seeded apart and reproducible; a name that is no training source,
+    or a scale out of range, is refused."""
+    base = [
+        *WITH_MINI,
+        f"data.root={data_env}",
+        "data.negatives_p=0",
+        "aug.train_size=480",
+        "aug.crop_size=[900,900]",  # larger than any resized photo: the pad shows its size
+        "aug.affine_p=0",
+        "aug.mask_fill=255",
+    ]
+    cfg = compose_config([*base, "+data.train_scales={coco_mini_person: 1.6667}"])
+    train = build_train_dataset(cfg.data, cfg.aug, seed=0)
+    first = {}
+    for index, ref in enumerate(train.refs):
+        first.setdefault(ref.source, index)
+    long_sides = {}
+    for source, index in first.items():
+        content = (train[index]["mask"] != 255).numpy()
+        rows, cols = content.any(axis=1), content.any(axis=0)
+        long_sides[source] = max(int(rows.sum()), int(cols.sum()))
+    assert long_sides == {"eg_portrait": 480, "ccp": 480, "vikram_human_seg": 480, MINI: 800}
+
+    plain = compose_config(base)
+    assert not isinstance(build_train_dataset(plain.data, plain.aug).transform, SourceTransforms)
+    transforms = train.transform
+    assert isinstance(transforms, SourceTransforms) and list(transforms.by_source) == [MINI]
+    image = np.random.default_rng(0).integers(0, 255, (300, 400, 3), dtype=np.uint8)
+    mask = np.zeros((300, 400), np.uint8)
+    affine = compose_config([*base, "aug.affine_p=1", "+data.train_scales={coco_mini_person: 1}"])
+    pipelines = build_train_dataset(affine.data, affine.aug, seed=5).transform
+    default, mini = (
+        pipelines.for_source(n)(image=image, mask=mask)["image"] for n in ("ccp", MINI)
+    )
+    assert not np.array_equal(default.numpy(), mini.numpy())  # same scale, other streams
+    again = build_train_dataset(affine.data, affine.aug, seed=5).transform
+    assert np.array_equal(again.for_source(MINI)(image=image, mask=mask)["image"].numpy(), mini)
+
+    wrong = compose_config([*base, "+data.train_scales={coco128_seg: 2}"])
+    with pytest.raises(ConfigError, match=r"train_scales names \['coco128_seg'\], which are not"):
+        build_train_dataset(wrong.data, wrong.aug)
+    with pytest.raises(ConfigError, match=r"data.train_scales.coco_mini_person=0.0 is invalid"):
+        compose_config([*base, "+data.train_scales={coco_mini_person: 0}"])
 
 
 def test_the_coco_recipe_gives_coco_30_percent_and_negatives_25_percent(data_env: Path) -> None:

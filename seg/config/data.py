@@ -103,6 +103,12 @@ class DataConfig:
     # scale the close-up sources teach (docs/results.md, "Every person in the frame"). {} =
     # every source at aug.eval_size; evaluate.py's eval_size=... scores every source at it.
     eval_scales: dict[str, float] = field(default_factory=dict)
+    # Multiples of the training resize (aug.train_size, or max(aug.crop_size) when null) for
+    # named training sources' photos, as eval_scales is for scoring: {coco_mini_person: 1.6667}
+    # trains COCO's photos at long side 800 where the others are at 480, its people at the
+    # scale coco128_seg is scored at. The crop (aug.crop_size) and its cost stay the same.
+    # {} = every source at aug.train_size.
+    train_scales: dict[str, float] = field(default_factory=dict)
     # Fractions for the deterministic splits of sets that publish none (ccp, vikram, folder),
     # and val_fraction also for the validation split carved from eg_portrait's official train list.
     val_fraction: float = 0.1
@@ -124,6 +130,11 @@ class DataConfig:
             if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 8:
                 raise ConfigError.invalid(
                     f"data.eval_scales.{name}", scale, "a multiple of aug.eval_size in (0, 8]"
+                )
+        for name, scale in dict(self.train_scales or {}).items():
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 8:
+                raise ConfigError.invalid(
+                    f"data.train_scales.{name}", scale, "a multiple of aug.train_size in (0, 8]"
                 )
         if sum(dict(self.source_shares or {}).values()) >= 1:
             raise ConfigError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from seg.data.coco import (
     read_yolo_instances,
     read_yolo_mask,
 )
+from seg.data.copy_paste import RawPool
 from seg.data.download import resolve_data_root
 from seg.data.io import (
     IGNORE_INDEX,
@@ -30,7 +32,7 @@ from seg.data.io import (
 )
 from seg.data.listing import SPLITS, Listing, SampleRef
 from seg.data.registry import DATASETS, MIX, Role, dataset, list_dataset, names_with_role
-from seg.data.transforms import build_train_transform
+from seg.data.transforms import SourceTransforms, build_train_transform, seed_transform
 from seg.errors import ConfigError, DataError, MissingFileError
 from seg.fileio import write_text
 
@@ -89,7 +91,10 @@ class SegDataset(Dataset):
                 continue
             sample: dict = {"image": image, "mask": mask}
             if self.transform is not None:
-                out = self.transform(image=image, mask=mask)
+                transform = self.transform
+                if isinstance(transform, SourceTransforms):  # data.train_scales
+                    transform = transform.for_source(ref.source)
+                out = transform(image=image, mask=mask)
                 sample = {"image": out["image"], "mask": torch.as_tensor(out["mask"]).long()}
             return {**sample, "id": ref.id, "source": ref.source, "skipped": skipped}
         raise DataError(f"all {len(self.refs)} samples of the dataset are bad (see the log)")
@@ -278,8 +283,39 @@ def build_train_dataset(data: DataConfig, aug: AugConfig, seed: int | None = Non
     shared = shared_refs(data, people.refs, seed or 0)
     refs = shared + negative_refs(data, len(shared), seed or 0)
     dataset = SegDataset(refs, None, data.on_bad_sample)
-    dataset.transform = build_train_transform(aug, seed, pool=people)
+    dataset.transform = build_train_transforms(data, aug, seed, pool=people)
     return dataset
+
+
+def build_train_transforms(
+    data: DataConfig, aug: AugConfig, seed: int | None = None, pool: RawPool | None = None
+) -> Transform:
+    """The training transform (``build_train_transform``), or with ``data.train_scales`` a
+    :class:`SourceTransforms` whose named sources resize their photos to ``aug.train_size``
+    (``max(aug.crop_size)`` when null) times their scale. A name that is not a training source
+    of this run fails, naming those that are."""
+    scales = {str(k): float(v) for k, v in dict(data.train_scales or {}).items()}
+    default = build_train_transform(aug, seed, pool=pool)
+    if not scales:
+        return default
+    trained = train_source_names(data)
+    unknown = sorted(set(scales) - set(trained))
+    if unknown:
+        raise ConfigError(
+            f"data.train_scales names {unknown}, which are not training sources of this run; "
+            f"valid: {trained}"
+        )
+    base = max(aug.crop_size) if aug.train_size is None else aug.train_size
+    by_source = {
+        name: build_train_transform(
+            dataclasses.replace(aug, train_size=max(1, round(base * scale))), pool=pool
+        )
+        for name, scale in scales.items()
+    }
+    transforms = SourceTransforms(default, by_source)
+    if seed is not None:
+        seed_transform(transforms, seed)
+    return transforms
 
 
 def eval_sizes(cfg: DataConfig, default: Sequence[int]) -> dict[str, list[int]]:
@@ -335,6 +371,7 @@ __all__ = [
     "build_dataset",
     "build_eval_datasets",
     "build_train_dataset",
+    "build_train_transforms",
     "eval_sizes",
     "eval_source_names",
     "has_instances",

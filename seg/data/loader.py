@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
-from seg.data.transforms import seed_transform
+from seg.data.transforms import SourceTransforms, seed_transform
 from seg.errors import ConfigError, DataError
 
 
@@ -42,10 +42,10 @@ def seed_worker(worker_id: int, rank: int = 0) -> None:
         seed_transform(transform, seed)
 
 
-def _transforms(dataset: Any) -> Iterator[A.BaseCompose]:
+def _transforms(dataset: Any) -> Iterator[A.BaseCompose | SourceTransforms]:
     """Albumentations pipelines held by a dataset, or by datasets it wraps (Subset, Concat)."""
     transform = getattr(dataset, "transform", None)
-    if isinstance(transform, A.BaseCompose):
+    if isinstance(transform, (A.BaseCompose, SourceTransforms)):
         yield transform
     inner = getattr(dataset, "dataset", None)
     if inner is not None:

@@ -309,18 +309,50 @@ def oriented_canvas(content_hw: Sequence[int], eval_size: Sequence[int]) -> tupl
     return (long, short) if h > w else (short, long)
 
 
-def seed_transform(transform: A.BaseCompose, seed: int) -> None:
+class SourceTransforms:
+    """Training pipelines chosen by each sample's source: ``default`` for most, ``by_source``
+    for the sources named there (``data.train_scales``: their photos resized to another
+    ``aug.train_size``). ``SegDataset`` calls :meth:`for_source` with each sample's source;
+    called directly it is ``default``. :func:`seed_transform` seeds every pipeline, each from
+    its own stream of the seed, so no two replay the same numbers."""
+
+    def __init__(self, default: A.BaseCompose, by_source: dict[str, A.BaseCompose]) -> None:
+        self.default = default
+        self.by_source = dict(by_source)
+
+    def for_source(self, source: str) -> A.BaseCompose:
+        return self.by_source.get(source, self.default)
+
+    def pipelines(self) -> list[A.BaseCompose]:
+        """``default`` first, then those of ``by_source`` in name order."""
+        return [self.default, *(self.by_source[name] for name in sorted(self.by_source))]
+
+    def __call__(self, **data: Any) -> dict:
+        return self.default(**data)
+
+
+def seed_transform(transform: A.BaseCompose | SourceTransforms, seed: int) -> None:
     """Reseed a pipeline so that its next samples depend only on ``seed`` (>= 0).
 
     ``Compose(seed=s)`` in albumentations 2.0.x gives each transform its own generator seeded with
     the same ``s``, so all of them replay one number sequence at different offsets. Here they
     share one generator pair instead, consumed in pipeline order, which is just as reproducible.
+    A :class:`SourceTransforms`' pipelines get ``seed`` (the default) and streams
+    ``(seed, k)`` for the others.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(transform, SourceTransforms):
+        for k, pipeline in enumerate(transform.pipelines()):
+            seed_transform(pipeline, int(seed) if k == 0 else _stream(int(seed), k))
+        return
     state = np.random.SeedSequence(int(seed))
     py_seed = int(state.generate_state(1, np.uint64)[0])
     transform.set_random_state(np.random.default_rng(state), random.Random(py_seed))
+
+
+def _stream(seed: int, k: int) -> int:
+    return int(np.random.SeedSequence([seed, k]).generate_state(1, np.uint64)[0] % 2**63)
 
 
 def denormalize(image: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
@@ -334,6 +366,7 @@ def denormalize(image: torch.Tensor, mean: Sequence[float], std: Sequence[float]
 __all__ = [
     "IMAGE_FILL",
     "EvalImageTransform",
+    "SourceTransforms",
     "build_eval_transform",
     "build_train_transform",
     "check_aug_config",
