@@ -402,6 +402,31 @@ def test_run_card_shows_the_recipe_and_the_validation_figures(tiny_run: Path) ->
     assert f"| all | {acc:.2f}% | {iou:.2f}% |" in card
 
 
+def test_run_card_names_the_own_sizes_of_the_runs_sources_only(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    """data.eval_scales entries of datasets that are not sources of the run (a folder run's
+    coco128_seg) are left out of the card; its sources' own sizes, and train_scales, are in."""
+    import torch
+
+    from seg.checkpoint import load_checkpoint
+    from seg.evaluation.report import run_summary as run_card
+
+    ckpt = load_checkpoint(tiny_run / "checkpoints" / "last.pt")
+    size = ckpt["config"]["aug"]["eval_size"]
+    ckpt["config"]["data"]["eval_scales"] = {"coco128_seg": 2.0}
+    torch.save(ckpt, tmp_path / "other.pt")
+    card = run_card(tmp_path / "other.pt")
+    assert f"evaluated at {size[0]}x{size[1]} (long x short side)\n" in card
+    assert "coco128_seg" not in card
+    ckpt["config"]["data"]["eval_scales"] = {"folder": 2.0}
+    ckpt["config"]["data"]["train_scales"] = {"folder": 1.5}
+    torch.save(ckpt, tmp_path / "own.pt")
+    card = run_card(tmp_path / "own.pt")
+    assert f", folder at {2 * size[0]}x{2 * size[1]}" in card
+    assert ", folder at 1.5x the training size" in card
+
+
 def test_page_outputs_are_the_predictors_and_the_threshold_moves_the_mask(
     exported_tiny: Path, shared_datasets: Path
 ) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from seg.checkpoint import load_checkpoint
 from seg.config import PERSON, to_config
+from seg.data import eval_sizes
 from seg.evaluation.selection import Selection
 from seg.fileio import write_text
 from seg.metrics import SegMetrics
@@ -277,14 +278,21 @@ def run_summary(checkpoint: Path) -> str:
         f"{c.name}{f' ({c.backbone})' if c.backbone else ''} x{c.input_scale:g}"
         for c in cfg.model.columns
     )
+    size = [int(v) for v in cfg.aug.eval_size]
+    own = {  # sources scored at their own size (data.eval_scales): those of this run only
+        name: hw for name, hw in eval_sizes(cfg.data, size).items() if list(hw) != size
+    }
     lines = [
         f"**{checkpoint.name}** of `{checkpoint.parent}`",
         f"- model: {cfg.model.name}" + (f" [{columns}]" if cfg.model.columns else ""),
         f"- trained: epoch {ckpt.get('epoch', '?')}, step {ckpt.get('step', '?')} of "
         f"{cfg.trainer.epochs} epochs on {', '.join(cfg.data.sources)}"
-        + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else ""),
-        f"- evaluated at {cfg.aug.eval_size[0]}x{cfg.aug.eval_size[1]} (long x short side)"
-        + "".join(f", {n} at {s:g}x that" for n, s in dict(cfg.data.eval_scales or {}).items()),
+        + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else "")
+        + "".join(
+            f", {n} at {s:g}x the training size" for n, s in dict(cfg.data.train_scales).items()
+        ),
+        f"- evaluated at {size[0]}x{size[1]} (long x short side)"
+        + "".join(f", {n} at {h}x{w}" for n, (h, w) in own.items()),
     ]
     sources = metric_sources(metrics)
     if sources:
