@@ -54,11 +54,15 @@ def _crash_at(step: int):
     return after_step
 
 
-def test_resume_gives_identical_parameters_and_logs(data_root: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", [[], ["+data.train_scales={folder: 1.5}"]], ids=["", "scales"])
+def test_resume_gives_identical_parameters_and_logs(
+    data_root: Path, tmp_path: Path, extra: list[str]
+) -> None:
     """Crashed at step 2 and resumed to 4: the weights, BatchNorm statistics, optimiser,
-    schedule, metrics and logs of a run that never stopped, bit for bit."""
+    schedule, metrics and logs of a run that never stopped, bit for bit. With
+    data.train_scales the per-source pipelines' random states are saved and restored too."""
     straight, broken = tmp_path / "straight", tmp_path / "broken"
-    common = list(COMMON)
+    common = [*COMMON, *extra]
     train(compose_config([*tiny_overrides(data_root, straight), *common]))
 
     with pytest.MonkeyPatch.context() as mp, pytest.raises(_Crash):

@@ -331,6 +331,14 @@ class SourceTransforms:
         return self.default(**data)
 
 
+def pipelines(transform: Any) -> list[A.BaseCompose]:
+    """The albumentations pipelines of a dataset's transform: a :class:`SourceTransforms`' own,
+    a pipeline itself, none for anything else (whose random state is not ours to save)."""
+    if isinstance(transform, SourceTransforms):
+        return transform.pipelines()
+    return [transform] if isinstance(transform, A.BaseCompose) else []
+
+
 def seed_transform(transform: A.BaseCompose | SourceTransforms, seed: int) -> None:
     """Reseed a pipeline so that its next samples depend only on ``seed`` (>= 0).
 
@@ -374,5 +382,6 @@ __all__ = [
     "eval_content_size",
     "eval_pad_value",
     "oriented_canvas",
+    "pipelines",
     "seed_transform",
 ]

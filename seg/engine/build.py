@@ -27,7 +27,7 @@ from seg.data import (
     eval_sizes,
     train_source_names,
 )
-from seg.data.transforms import build_eval_transform, eval_pad_value
+from seg.data.transforms import build_eval_transform, eval_pad_value, pipelines
 from seg.engine.checkpointer import restore_rng
 from seg.engine.loaders import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.step import Stepper, build_stepper
@@ -186,7 +186,7 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
         ),
         sources=list(val_sets),
         selection=selection,
-        transforms=[train_set.transform],
+        transforms=pipelines(train_set.transform),
         steps_per_epoch=steps_per_epoch,
         total_steps=total,
         global_batch=t.batch_size * t.accumulate * ws,
