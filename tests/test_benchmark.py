@@ -173,11 +173,21 @@ def test_data_pipeline_on_real_files(data_env: Path) -> None:
     assert 0 <= loop["data_wait_fraction"] <= 1
 
 
+@pytest.mark.parametrize(
+    "extra", [[], ["+data.train_scales={vikram_human_seg: 1.5}"]], ids=["", "train_scales"]
+)
 def test_transform_breakdown_times_each_step_and_the_pasted_peoples_reading(
-    data_env: Path,
+    data_env: Path, extra: list[str]
 ) -> None:
+    """The same rows whether the dataset has one pipeline or one per source."""
     cfg = compose_config(
-        ["data=vikram_human_seg", "data.download=false", "aug.crop_size=[64,48]", "aug.paste_p=1"]
+        [
+            "data=vikram_human_seg",
+            "data.download=false",
+            "aug.crop_size=[64,48]",
+            "aug.paste_p=1",
+            *extra,
+        ]
     )
     steps = transform_steps(cfg.data, cfg.aug, samples=3)
     names = [r["step"] for r in steps["rows"]]

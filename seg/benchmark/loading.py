@@ -15,6 +15,7 @@ from seg.benchmark.timing import sync
 from seg.config import AugConfig, BadSamplePolicy, DataConfig
 from seg.data import build_loader, build_train_dataset
 from seg.data.copy_paste import PastePeople, RawPool
+from seg.data.transforms import SourceTransforms, pipelines
 from seg.engine.monitor import WaitClock
 from seg.engine.step import build_stepper
 
@@ -83,11 +84,16 @@ def transform_steps(
     called on its own, drawing with its own generator, so a step with a probability runs on
     about that share of the samples, as in training."""
     dataset = build_train_dataset(data, aug, seed=seed)
-    steps = list(dataset.transform.transforms)
-    pools = {}
-    for i, step in enumerate(steps):
-        if isinstance(step, PastePeople):
-            pools[i] = step.pool = _TimedPool(step.pool)
+    transform = dataset.transform  # one pipeline, or one per source (data.train_scales)
+    per_source = isinstance(transform, SourceTransforms)
+    steps_of = {id(p): list(p.transforms) for p in pipelines(transform)}
+    steps = next(iter(steps_of.values()))  # the same steps in each, at other sizes
+    pools: dict[int, _TimedPool] = {}
+    for pipeline_steps in steps_of.values():
+        for i, step in enumerate(pipeline_steps):
+            if isinstance(step, PastePeople):
+                pools.setdefault(i, _TimedPool(step.pool))
+                step.pool = pools[i]
     names = [type(step).__name__ for step in steps]
     seconds = np.zeros(len(steps) + 1)
     order = np.random.default_rng(seed).permutation(len(dataset))[:samples]
@@ -96,7 +102,9 @@ def transform_steps(
         image, mask = dataset.load_raw(int(index))
         seconds[0] += time.perf_counter() - start
         sample = {"image": image, "mask": mask}
-        for i, step in enumerate(steps, start=1):
+        source = dataset.refs[int(index)].source
+        pipeline = transform.for_source(source) if per_source else transform
+        for i, step in enumerate(steps_of[id(pipeline)], start=1):
             start = time.perf_counter()
             sample = step(**sample)
             seconds[i] += time.perf_counter() - start
