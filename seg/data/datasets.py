@@ -178,6 +178,18 @@ def negative_refs(cfg: DataConfig, positives: int, seed: int = 0) -> list[Sample
     return [refs[order[i % len(refs)]] for i in range(count)]
 
 
+def check_training_sources(cfg: DataConfig, key: str, names: Mapping[str, object]) -> None:
+    """Fail unless every key of ``names`` (``data.<key>``) is a training source of this run,
+    naming those that are."""
+    trained = train_source_names(cfg)
+    unknown = sorted(set(names) - set(trained))
+    if unknown:
+        raise ConfigError(
+            f"data.{key} names {unknown}, which are not training sources of this run; "
+            f"valid: {trained}"
+        )
+
+
 def shared_refs(cfg: DataConfig, refs: list[SampleRef], seed: int = 0) -> list[SampleRef]:
     """An epoch's photos with people, ``refs`` (the train splits) with the sources of
     ``data.source_shares`` at their shares: each such source's photos repeated (each before any
@@ -187,13 +199,7 @@ def shared_refs(cfg: DataConfig, refs: list[SampleRef], seed: int = 0) -> list[S
     shares = dict(cfg.source_shares or {})
     if not shares:
         return list(refs)
-    trained = train_source_names(cfg)
-    unknown = sorted(set(shares) - set(trained))
-    if unknown:
-        raise ConfigError(
-            f"data.source_shares names {unknown}, which are not training sources of this run; "
-            f"valid: {trained}"
-        )
+    check_training_sources(cfg, "source_shares", shares)
     rest = [ref for ref in refs if ref.source not in shares]
     if not rest:
         raise ConfigError(
@@ -298,13 +304,7 @@ def build_train_transforms(
     default = build_train_transform(aug, seed, pool=pool)
     if not scales:
         return default
-    trained = train_source_names(data)
-    unknown = sorted(set(scales) - set(trained))
-    if unknown:
-        raise ConfigError(
-            f"data.train_scales names {unknown}, which are not training sources of this run; "
-            f"valid: {trained}"
-        )
+    check_training_sources(data, "train_scales", scales)
     base = max(aug.crop_size) if aug.train_size is None else aug.train_size
     by_source = {
         name: build_train_transform(
