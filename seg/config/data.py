@@ -8,6 +8,7 @@ Only builders read these objects; modules take plain typed arguments.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -149,10 +150,11 @@ class DataConfig:
             )
 
 
-def scaled_eval_size(eval_size: list[int] | tuple[int, ...], scale: float) -> list[int]:
-    """``eval_size`` times ``scale``, rounded (at least 1 pixel): a source's size of
-    ``data.eval_scales``, a test-time scale's of ``scales=[...]``."""
-    return [max(1, round(int(v) * scale)) for v in eval_size]
+def scaled_sides(sides: Sequence[int], scale: float) -> list[int]:
+    """``sides`` (pixels) times ``scale``, rounded, at least 1 pixel each: a source's eval size
+    of ``data.eval_scales``, a test-time scale's of ``scales=[...]``, a source's training size
+    of ``data.train_scales``."""
+    return [max(1, round(int(v) * scale)) for v in sides]
 
 
 @dataclass

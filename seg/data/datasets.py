@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from seg.config import AugConfig, BadSamplePolicy, DataConfig, MaskEncoding
-from seg.config.data import scaled_eval_size
+from seg.config.data import scaled_sides
 from seg.data.coco import (
     list_negatives,
     read_coco_instances,
@@ -308,7 +308,7 @@ def build_train_transforms(
     base = max(aug.crop_size) if aug.train_size is None else aug.train_size
     by_source = {
         name: build_train_transform(
-            dataclasses.replace(aug, train_size=max(1, round(base * scale))), pool=pool
+            dataclasses.replace(aug, train_size=scaled_sides([base], scale)[0]), pool=pool
         )
         for name, scale in scales.items()
     }
@@ -329,10 +329,7 @@ def eval_sizes(cfg: DataConfig, default: Sequence[int]) -> dict[str, list[int]]:
         raise ConfigError(
             f"data.eval_scales names {unknown}, which are no datasets; valid: {sorted(DATASETS)}"
         )
-    return {
-        name: scaled_eval_size(list(default), scales.get(name, 1.0))
-        for name in eval_source_names(cfg)
-    }
+    return {name: scaled_sides(default, scales.get(name, 1.0)) for name in eval_source_names(cfg)}
 
 
 def build_eval_datasets(

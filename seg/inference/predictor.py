@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seg.config import PERSON, TTA, Config, PredictorOptions
-from seg.config.data import scaled_eval_size
+from seg.config.data import scaled_sides
 from seg.data.batching import pad_batch, run_by_size
 from seg.data.transforms import EvalImageTransform, check_aug_config, eval_content_size
 from seg.devices import resolve_devices
@@ -351,12 +351,6 @@ def _class_map(p: Tensor) -> Tensor:
     return class_map(p, dtype=torch.uint8)
 
 
-def scaled_size(eval_size: Sequence[int], scale: float) -> tuple[int, int]:
-    """``eval_size`` (H, W) times ``scale``, rounded, at least 1 pixel."""
-    h, w = scaled_eval_size(eval_size[:2], scale)
-    return h, w
-
-
 def build_predictor(
     model: SegmentationModel,
     cfg: Config,
@@ -382,9 +376,9 @@ def build_predictor(
     eval_size = tuple(int(v) for v in check_aug_config(cfg.aug).eval_size)
     views = []
     for scale in scales:
-        size = scaled_size(eval_size, scale)
-        aug = dataclasses.replace(cfg.aug, eval_size=list(size))
-        views.append(Scale(size, EvalImageTransform(aug)))
+        h, w = scaled_sides(eval_size, scale)
+        aug = dataclasses.replace(cfg.aug, eval_size=[h, w])
+        views.append(Scale((h, w), EvalImageTransform(aug)))
     flip = TTA.flip in [TTA(t) for t in tta]
     return Predictor(model, views, flip, window, stride, refine, eval_size)
 
