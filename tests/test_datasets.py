@@ -17,6 +17,7 @@ from seg.data import (
     build_eval_datasets,
     build_train_dataset,
     eval_sizes,
+    own_eval_sizes,
     save_splits,
     split_bad,
     train_source_names,
@@ -102,8 +103,10 @@ def test_each_source_is_scored_at_its_eval_size(data_env: Path) -> None:
     coco = per_source["coco128_seg"][0]["image"].shape  # a landscape COCO photo: 800 wide
     portrait = per_source["eg_portrait"][0]["image"].shape  # 600x800: 480 high
     assert (max(coco[1:]), max(portrait[1:])) == (800, 480)
+    assert own_eval_sizes(cfg.data, (480, 360)) == {"coco128_seg": [800, 600]}
     no_coco = dataclasses.replace(cfg.data, val_sources=[])
     assert "coco128_seg" not in eval_sizes(no_coco, [480, 360])
+    assert own_eval_sizes(no_coco, [480, 360]) == {}
     with pytest.raises(ValueError, match=r"data\.eval_scales names \['cocoo'\], which are no "):
         eval_sizes(dataclasses.replace(cfg.data, eval_scales={"cocoo": 2.0}), [480, 360])
     with pytest.raises(ValueError, match=r"data\.eval_scales\.coco128_seg=0\.0 is invalid"):

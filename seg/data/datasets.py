@@ -362,6 +362,12 @@ def save_splits(cfg: DataConfig, out_dir: Path) -> list[Path]:
     return written
 
 
+def own_eval_sizes(cfg: DataConfig, default: Sequence[int]) -> dict[str, list[int]]:
+    """The sources of :func:`eval_sizes` scored at another size than ``default``: what a log
+    line or a run card names beside ``aug.eval_size``."""
+    return {n: hw for n, hw in eval_sizes(cfg, default).items() if hw != [int(v) for v in default]}
+
+
 __all__ = [
     "IGNORE_INDEX",
     "SegDataset",
@@ -373,6 +379,7 @@ __all__ = [
     "eval_source_names",
     "has_instances",
     "list_source",
+    "own_eval_sizes",
     "read_instances",
     "read_pair",
     "save_splits",

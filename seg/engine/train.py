@@ -25,7 +25,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from seg import distributed as du
 from seg.checkpoint import load_checkpoint
 from seg.config import Config, config_to_dict, to_config
-from seg.data import eval_sizes, save_splits
+from seg.data import own_eval_sizes, save_splits
 from seg.devices import resolve_devices
 from seg.engine.build import Parts, seed_everything, setup
 from seg.engine.checkpointer import (
@@ -423,8 +423,7 @@ def _finish(p: Parts, state: TrainState, cfg: Config, run_dir: Path) -> dict[str
             "x".join(map(str, cfg.aug.eval_size))
             + "".join(
                 f", {name} at {'x'.join(map(str, size))}"
-                for name, size in eval_sizes(cfg.data, cfg.aug.eval_size).items()
-                if list(size) != list(cfg.aug.eval_size)
+                for name, size in own_eval_sizes(cfg.data, cfg.aug.eval_size).items()
             ),
             format_training_report(result, p.sources, t.target_pixel_acc, p.selection),
         )

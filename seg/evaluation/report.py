@@ -17,7 +17,7 @@ import torch
 
 from seg.checkpoint import load_checkpoint
 from seg.config import PERSON, to_config
-from seg.data import eval_sizes
+from seg.data import own_eval_sizes
 from seg.evaluation.selection import Selection
 from seg.fileio import write_text
 from seg.metrics import SegMetrics
@@ -279,9 +279,7 @@ def run_summary(checkpoint: Path) -> str:
         for c in cfg.model.columns
     )
     size = [int(v) for v in cfg.aug.eval_size]
-    own = {  # sources scored at their own size (data.eval_scales): those of this run only
-        name: hw for name, hw in eval_sizes(cfg.data, size).items() if list(hw) != size
-    }
+    own = own_eval_sizes(cfg.data, size)  # data.eval_scales: this run's sources only
     lines = [
         f"**{checkpoint.name}** of `{checkpoint.parent}`",
         f"- model: {cfg.model.name}" + (f" [{columns}]" if cfg.model.columns else ""),
