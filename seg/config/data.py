@@ -127,16 +127,8 @@ class DataConfig:
         for name, share in dict(self.source_shares or {}).items():
             if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
                 raise ConfigError.invalid(f"data.source_shares.{name}", share, "a share in (0, 1)")
-        for name, scale in dict(self.eval_scales or {}).items():
-            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 8:
-                raise ConfigError.invalid(
-                    f"data.eval_scales.{name}", scale, "a multiple of aug.eval_size in (0, 8]"
-                )
-        for name, scale in dict(self.train_scales or {}).items():
-            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 8:
-                raise ConfigError.invalid(
-                    f"data.train_scales.{name}", scale, "a multiple of aug.train_size in (0, 8]"
-                )
+        _check_scales("data.eval_scales", self.eval_scales, "aug.eval_size")
+        _check_scales("data.train_scales", self.train_scales, "aug.train_size")
         if sum(dict(self.source_shares or {}).values()) >= 1:
             raise ConfigError(
                 f"data.source_shares={dict(self.source_shares)} sum to 1 or more: the other "
@@ -148,6 +140,13 @@ class DataConfig:
                 f"{self.val_fraction + self.test_fraction} leaves no training data; their sum "
                 "must be below 1"
             )
+
+
+def _check_scales(key: str, scales: dict[str, float] | None, of: str) -> None:
+    """Each value of ``scales`` (``key``) is a multiple of ``of`` in (0, 8]."""
+    for name, scale in dict(scales or {}).items():
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 8:
+            raise ConfigError.invalid(f"{key}.{name}", scale, f"a multiple of {of} in (0, 8]")
 
 
 def scaled_sides(sides: Sequence[int], scale: float) -> list[int]:
