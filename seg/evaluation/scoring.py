@@ -85,9 +85,13 @@ def score_items(
         good, bad = split_bad(batch)
         skipped += bad
         labelled = []
-        for source in dict.fromkeys(by_index[s["index"]].source for s in good):
-            group = [s for s in good if by_index[s["index"]].source == source]
-            labels = predictors[source].labels([s.pop("image") for s in group])  # done with
+        # By predictor, not by source: sources of one eval size share one batch.
+        groups: dict[int, tuple[Predictor, list[dict]]] = {}
+        for sample in good:
+            predictor = predictors[by_index[sample["index"]].source]
+            groups.setdefault(id(predictor), (predictor, []))[1].append(sample)
+        for predictor, group in groups.values():
+            labels = predictor.labels([s.pop("image") for s in group])  # done with
             labelled += zip(group, labels, strict=True)
         for sample, label in labelled:
             item = by_index[sample["index"]]
