@@ -1,12 +1,14 @@
 """A local page to try a trained model on photos, videos and the webcam (Gradio).
 
     pip install -e ".[demo]"
+    python scripts/demo.py                                   # the shipped person model
     python scripts/demo.py checkpoint=runs/x                 # a run folder, a .pt, or
     python scripts/demo.py checkpoint=runs                   # a folder of runs: a model picker
     python scripts/demo.py checkpoint=runs/x examples=photos/ port=8080
 
 Options are Hydra-style key=value overrides of ``seg.config.DemoConfig``:
-  checkpoint  a checkpoint, a run folder, or a folder of run folders (required)
+  checkpoint  a checkpoint, a run folder, a folder of run folders, or a shipped model's name
+              (default: person, the model the package ships: seg/zoo/person.md)
   host, port  where the page listens (default 127.0.0.1:7860; port=0: a free port). host=0.0.0.0
               serves everyone who can reach this machine: there is no login (README, "Demo page")
   examples    a folder whose first max_examples photos the page offers as examples

@@ -1,5 +1,6 @@
 """Score a checkpoint on any configured dataset and split at the images' original resolution.
 
+    python scripts/evaluate.py split=test                       # the shipped person model
     python scripts/evaluate.py checkpoint=RUN/checkpoints/best.pt data=eg_portrait split=test
     python scripts/evaluate.py checkpoint=best.pt data=human_mix split=test tta=[flip] \\
         scales=[0.75,1.0,1.25]
@@ -9,6 +10,7 @@
         eval_size=[1024,768] slide.window=[256,192] slide.stride=[128,96]
 
 Options are Hydra overrides of ``seg.config.EvalConfig`` (configs/evaluate.yaml);
+``checkpoint`` defaults to ``person``, the model the package ships (seg/zoo/person.md);
 ``data=NAME`` is any dataset config of configs/data/ (default: the checkpoint's). Writes
 ``metrics.json``, ``per_image.csv``, ``report.txt`` and ``worst/`` into ``out=DIR`` (default
 ``<run_dir>/eval/<data>_<split>/``) and prints a table per source with the line

@@ -1,5 +1,6 @@
 """Person masks, overlays, cut-outs and background blur/replacement for images and videos.
 
+    python scripts/predict.py input=photo.jpg                    # the shipped person model
     python scripts/predict.py checkpoint=runs/x/checkpoints/best.pt input=photo.jpg
     python scripts/predict.py checkpoint=best.pt input=photos/ out=preds outputs=[mask,cutout]
     python scripts/predict.py checkpoint=best.pt input=clip.mp4 outputs=[blur] batch_size=16
@@ -8,7 +9,8 @@
 
 Options are Hydra-style key=value overrides of ``seg.config.PredictConfig`` (an
 unknown key or a bad value fails at start, naming it):
-  checkpoint  a checkpoint written by training (required)
+  checkpoint  a checkpoint written by training, a run folder, or a shipped model's name
+              (default: person, the model the package ships: seg/zoo/person.md)
   input       an image, a folder (its images and videos, not recursive) or a video (required)
   out         output folder (default outputs/predict); files are <name>_<kind>.<ext>
   outputs     any of [mask, overlay, cutout, blur, replace] (default [mask, overlay]):

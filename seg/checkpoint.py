@@ -28,6 +28,8 @@ from seg.fileio import atomic_path
 from seg.metrics.keys import TRAIN_SOURCES, MetricKey, parse_metric_key
 from seg.models import build_model
 from seg.runs import BEST, CHECKPOINTS, RunLayout
+from seg.zoo import SUFFIX as WEIGHTS_SUFFIX
+from seg.zoo import read_weights, shipped_file, shipped_names
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -102,10 +104,20 @@ class _RememberedErrors:
         self.f.flush()
 
 
+def shipped_checkpoint(path: str | Path) -> Path | None:
+    """The weights file of the shipped model that ``path`` names (``person``), None where it
+    names none or where a file or folder of that name exists (the user's own wins)."""
+    return None if Path(path).expanduser().exists() else shipped_file(str(path))
+
+
 def checkpoint_file(path: str | Path, name: str = BEST) -> Path:
-    """The checkpoint that ``path`` names: a file as it is; a run folder: its
-    ``checkpoints/<name>``; a ``checkpoints/`` folder: its ``<name>``. A folder without it
-    raises :class:`CheckpointError` listing the checkpoints it has."""
+    """The checkpoint that ``path`` names: a shipped model's name (``person``, where no file or
+    folder of that name is here) its weights file in the package; a file as it is; a run
+    folder: its ``checkpoints/<name>``; a ``checkpoints/`` folder: its ``<name>``. A folder
+    without it raises :class:`CheckpointError` listing the checkpoints it has."""
+    shipped = shipped_checkpoint(path)
+    if shipped is not None:
+        return shipped
     path = Path(path).expanduser()
     if not path.is_dir():
         return path
@@ -128,7 +140,9 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(missing_checkpoint(path))
+    if path.suffix == WEIGHTS_SUFFIX:  # a shipped model's kind of file: weights, no state
+        return upgrade_checkpoint(read_weights(path))
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch's unpicklers raise many kinds on damaged bytes
@@ -145,6 +159,16 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
             "them (a changed byte); the file is damaged"
         )
     return upgrade_checkpoint(ckpt)
+
+
+def missing_checkpoint(path: str | Path) -> str:
+    """What to say of a checkpoint that is not there: what ``checkpoint=`` takes, and that the
+    shipped model is the default."""
+    names = ", ".join(shipped_names()) or "none installed"
+    return (
+        f"checkpoint {path} does not exist: pass checkpoint=<a .pt file, a run folder or a "
+        f"shipped model's name ({names})>, or leave it out for the shipped model"
+    )
 
 
 # Every checkpoint carries the SHA-256 of its tensors (their names, dtypes, shapes and bytes),
@@ -266,9 +290,12 @@ def load_model_from_checkpoint(
 def find_runs(path: str | Path) -> dict[str, Path]:
     """``{label: checkpoint file}``: ``path`` itself (a checkpoint or a run folder), or else
     every run folder in it (a folder with ``checkpoints/best.pt``), sorted by name."""
+    shipped = shipped_checkpoint(path)
+    if shipped is not None:
+        return {f"{path} (shipped)": shipped}
     root = Path(path).expanduser()
     if not root.exists():
-        raise MissingFileError(f"checkpoint={path}: no such file or folder")
+        raise MissingFileError(missing_checkpoint(path))
     if root.is_file():
         run = root.parent.parent if root.parent.name == CHECKPOINTS else root.parent
         return {f"{run.name}/{root.name}": root}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omegaconf import MISSING
-
+from seg.config.inference import SHIPPED_MODEL
 from seg.config.training import _check
 
 
@@ -13,7 +12,7 @@ from seg.config.training import _check
 class ExportConfig:
     """Options of ``scripts/export.py`` (Hydra-style overrides)."""
 
-    checkpoint: str = MISSING
+    checkpoint: str = SHIPPED_MODEL  # a checkpoint, a run folder or a shipped model's name
     out: str = "model.onnx"
     opset: int | None = None  # None: the exporter's default (20 with torch 2.14)
     verify: bool = True  # compare with PyTorch in ONNX Runtime after exporting

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from omegaconf import MISSING
+# The shipped model's name (seg.zoo.DEFAULT; the schemas stay torch-free, so it is spelt here).
+SHIPPED_MODEL = "person"
 
 
 class TTA(str, Enum):
@@ -89,7 +90,9 @@ def check_inference_options(cfg: InferenceOptions) -> list[tuple[bool, str, obje
 class InferenceOptions:
     """A checkpoint, and where and how its network runs."""
 
-    checkpoint: str = MISSING  # a checkpoint, or a run folder (its checkpoints/best.pt)
+    # A checkpoint, a run folder (its checkpoints/best.pt), or a shipped model's name: the
+    # default, "person", is the model the package ships (seg/zoo/person.md; seg.zoo.DEFAULT).
+    checkpoint: str = SHIPPED_MODEL
     device: str = "auto"  # auto (cuda, mps, cpu) | cpu | cuda | cuda:N | mps
     # One device per column ([cuda:0,cuda:1]) to split a multi-column model over GPUs as in
     # training; empty: the whole model on `device`.

@@ -14,7 +14,13 @@ import numpy as np
 import torch
 
 from seg import distributed as du
-from seg.checkpoint import CheckpointError, checkpoint_file, load_checkpoint, save_checkpoint
+from seg.checkpoint import (
+    WEIGHTS_SUFFIX,
+    CheckpointError,
+    checkpoint_file,
+    load_checkpoint,
+    save_checkpoint,
+)
 from seg.config import Config, flatten_config, to_config
 from seg.engine.state import STATE_KEYS
 from seg.fileio import link_or_copy
@@ -113,6 +119,12 @@ def find_resume_checkpoint(spec: str | None, run_dir: Path) -> Path | None:
             try:
                 path = checkpoint_file(spec, LAST)
                 error = None if path.is_file() else f"{path} does not exist"
+                if path.suffix == WEIGHTS_SUFFIX:
+                    error = (
+                        f"{path} holds a model's weights without its training state (no "
+                        "optimiser, schedule or step), so there is no run to continue: resume "
+                        "takes a last.pt or a run folder"
+                    )
             except CheckpointError as err:
                 error = str(err)
             found = (None, f"trainer.resume={spec}: {error}") if error else (str(path), None)

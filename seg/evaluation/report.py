@@ -274,6 +274,8 @@ def run_summary(checkpoint: Path) -> str:
     ckpt = load_checkpoint(checkpoint, mmap=True)
     cfg = to_config(ckpt["config"])
     metrics = ckpt.get("metrics") or {}
+    shipped = ckpt.get("weights") or {}  # a weights file (seg.zoo): its run's epoch and step
+    epoch, step = (ckpt.get(k, shipped.get(k, "?")) for k in ("epoch", "step"))
     columns = ", ".join(
         f"{c.name}{f' ({c.backbone})' if c.backbone else ''} x{c.input_scale:g}"
         for c in cfg.model.columns
@@ -283,7 +285,7 @@ def run_summary(checkpoint: Path) -> str:
     lines = [
         f"**{checkpoint.name}** of `{checkpoint.parent}`",
         f"- model: {cfg.model.name}" + (f" [{columns}]" if cfg.model.columns else ""),
-        f"- trained: epoch {ckpt.get('epoch', '?')}, step {ckpt.get('step', '?')} of "
+        f"- trained: epoch {epoch}, step {step} of "
         f"{cfg.trainer.epochs} epochs on {', '.join(cfg.data.sources)}"
         + (f" + {cfg.data.negatives_p:.0%} photos without people" if cfg.data.negatives_p else "")
         + "".join(
@@ -302,10 +304,6 @@ def run_summary(checkpoint: Path) -> str:
                 f"{_pct(metrics.get(metric_key('iou_person', source)))} | {_pct(empty)} |"
             )
     return "\n".join(lines)
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None or value != value else f"{100 * value:.2f}%"
 
 
 def _pct(value: float | None) -> str:

@@ -20,6 +20,7 @@ from seg.devices import resolve_devices, warn_if_emulated_bf16
 from seg.errors import ConfigError
 from seg.inference.cache import runtime_model
 from seg.models.deploy import AutocastModel, deploy_model
+from seg.zoo import is_shipped
 
 log = logging.getLogger(__name__)
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")  # the [export] extra
@@ -105,6 +106,11 @@ def load_inference_model(
     ``threads`` > 0 sets the CPU threads of either backend."""
     path = checkpoint_file(checkpoint)
     precision = InferencePrecision(precision)
+    if precision is InferencePrecision.int8 and calibration is None and is_shipped(path):
+        raise ConfigError(
+            f"precision=int8 with the shipped model {path.stem} needs calibration=<a folder of "
+            "your photos> to quantise on: it ships without its training photos"
+        )
     chosen = choose_backend(backend, device, column_devices, precision)
     model, cfg = load_model_from_checkpoint(path, device="cpu")
     if chosen is Backend.onnxruntime:  # it owns its threads (seg.inference.runtime)

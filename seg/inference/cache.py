@@ -33,6 +33,7 @@ from seg.inference.graph import (
     model_metadata,
 )
 from seg.inference.runtime import OnnxRuntimeModel, UnreadableOnnxError, onnx_session
+from seg.zoo import is_shipped
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +80,16 @@ _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def cache_dir() -> Path:
-    """Where exports go when the checkpoint's folder is read-only."""
+    """Where exports go when the checkpoint's folder is read-only, and always for a shipped
+    model (never written into the installed package)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "humanseg" / "onnx"
+
+
+def export_folders(checkpoint: Path) -> tuple[Path, ...]:
+    """Where a checkpoint's graph files are looked for and written, in that order: beside it,
+    then :func:`cache_dir`; a shipped model's only in :func:`cache_dir`."""
+    return (cache_dir(),) if is_shipped(checkpoint) else (checkpoint.parent, cache_dir())
 
 
 def cached_export(
@@ -94,7 +102,7 @@ def cached_export(
     removed when a new one is written."""
     key = export_key(checkpoint, opset)
     name = f"{checkpoint.stem}.{key}.onnx"
-    for folder in (checkpoint.parent, cache_dir()):
+    for folder in export_folders(checkpoint):
         path = folder / name
         if not path.is_file():
             continue
@@ -113,7 +121,7 @@ def cached_export(
             path.unlink(missing_ok=True)
         else:  # unreadable: ONNX Runtime names it and load_inference_model exports it again
             return path
-    for folder in (checkpoint.parent, cache_dir()):
+    for folder in export_folders(checkpoint):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             return _export_checked(model, cfg, folder / name, checkpoint, opset)
@@ -125,7 +133,8 @@ def cached_export(
                 err,
                 cache_dir(),
             )
-    raise PermissionError(f"no writable folder for {name}: {checkpoint.parent}, {cache_dir()}")
+    folders = ", ".join(str(f) for f in export_folders(checkpoint))
+    raise PermissionError(f"no writable folder for {name}: {folders}")
 
 
 def _export_checked(
