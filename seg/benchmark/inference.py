@@ -198,3 +198,26 @@ def format_backends(rows: list[dict[str, Any]], size: tuple[int, int]) -> str:
             ratio = f"{around / network:>6.2f}x" if network > 0 else f"{'-':>7}"
             lines.append(f"  {r['model']:<24} {r['path']:<26} {r['batch']:>5}{cells} {ratio}")
     return "\n".join(lines)
+
+
+def predictor_latency(checkpoint: str, seconds: float = 10.0) -> dict[str, Any]:
+    """``predict.py``'s whole per-photo work on ``checkpoint`` (a shipped model's name, a
+    checkpoint or a run folder) with its default backend, batch 1, on seeded random photos:
+    median ms for a 256x256 photo at a 256x256 input (``"256x256"``) and for a photo of the eval
+    size at the eval size (``"eval_size"``), each after ``WARMUP_CALLS`` untimed calls."""
+    from seg.inference.backend import load_inference_model
+    from seg.inference.predictor import build_predictor
+
+    model, cfg = load_inference_model(checkpoint, device="cpu")
+    rng = np.random.default_rng(0)
+    out: dict[str, Any] = {"backend": model.backend, "batch": 1}
+    calls = []
+    for key, size in (("256x256", [256, 256]), ("eval_size", [int(v) for v in cfg.aug.eval_size])):
+        at_size = dataclasses.replace(cfg, aug=dataclasses.replace(cfg.aug, eval_size=size))
+        predictor = build_predictor(model, at_size, "cpu")
+        photo = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+        times = call_times(lambda p=predictor, x=photo: p([x]), CALLS, seconds)
+        out[key] = round(1000 * statistics.median(times), 2)
+        calls.append(len(times))
+    out["calls"] = min(calls)
+    return out
