@@ -35,20 +35,22 @@ class ShipError(UserError, RuntimeError):
 
 def run_record(checkpoint: Path) -> dict[str, Any]:
     """What the run folder of ``checkpoint`` says of how it was trained: the command (argv as
-    run, its data folder left out), commit, and the wall time, epoch and step of the
-    checkpoint."""
+    run), commit, the epoch and step of the checkpoint, and the wall time of the whole run (its
+    ``last.pt``'s, which the run wrote at its end)."""
     ckpt = load_checkpoint(checkpoint, mmap=True)
     run = RunLayout.of_checkpoint(checkpoint.absolute())
+    last = run.last if run is not None and run.last.is_file() else checkpoint
+    elapsed = load_checkpoint(last, mmap=True).get("elapsed_s") or ckpt.get("elapsed_s") or 0
     info: dict[str, Any] = {}
-    if run is not None and (run.root / "run_info.json").is_file():
-        info = json.loads((run.root / "run_info.json").read_text())
+    if run is not None and run.info.is_file():
+        info = json.loads(run.info.read_text())
     argv = info.get("argv") or []
     return {
         "command": " ".join(["python", *argv]) if argv else "",
         "commit": (info.get("git") or {}).get("commit", ""),
         "dirty": bool((info.get("git") or {}).get("dirty", False)),
         "torch": info.get("torch", ""),
-        "wall_time_min": round(float(ckpt.get("elapsed_s") or 0) / 60, 1),
+        "wall_time_min": round(float(elapsed) / 60, 1),
         "epoch": ckpt.get("epoch"),
         "step": ckpt.get("step"),
     }
