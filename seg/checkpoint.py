@@ -274,7 +274,15 @@ def load_model_from_checkpoint(
     prediction and export; raises :class:`CheckpointError` naming the file.
     """
     path = checkpoint_file(path)
-    ckpt = load_checkpoint(path)
+    try:
+        ckpt = load_checkpoint(path)
+    except CheckpointError as err:
+        if not path.is_file():  # the message says what to pass already
+            raise
+        raise CheckpointError(
+            f"{err}; pass checkpoint=<another checkpoint or run folder>, or leave it out for "
+            "the shipped model"
+        ) from err
     try:
         cfg = to_config(ckpt["config"])
     except Exception as err:

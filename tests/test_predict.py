@@ -266,8 +266,9 @@ def test_options_are_checked_by_name():
         compose_predict_config(["checkpoint=c.pt", "input=x", "outputs=[masks]"])
     with pytest.raises(ValueError, match="batch_size=0"):
         compose_predict_config(["checkpoint=c.pt", "input=x", "batch_size=0"])
-    with pytest.raises(MissingMandatoryValue, match="checkpoint"):
-        compose_predict_config(["input=x"])
+    with pytest.raises(MissingMandatoryValue, match="input"):
+        compose_predict_config(["checkpoint=c.pt"])
+    assert compose_predict_config(["input=x"]).checkpoint == "person"  # the shipped model
     assert parse_colour("#00ff00") == (0, 255, 0) and parse_colour("1,2,3") == (1, 2, 3)
     assert parse_colour("beach.jpg") is None
 
