@@ -279,10 +279,7 @@ def load_model_from_checkpoint(
     except CheckpointError as err:
         if not path.is_file():  # the message says what to pass already
             raise
-        raise CheckpointError(
-            f"{err}; pass checkpoint=<another checkpoint or run folder>, or leave it out for "
-            "the shipped model"
-        ) from err
+        raise CheckpointError(f"{err}; or leave checkpoint= out for the shipped model") from err
     try:
         cfg = to_config(ckpt["config"])
     except Exception as err:
