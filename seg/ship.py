@@ -250,9 +250,9 @@ python scripts/predict.py input=photos/ precision=int8 calibration=my_photos/   
 ```python
 from seg import load_model
 
-model = load_model()             # this model; load_model("runs/myrun") for one of yours
-result = model("photo.jpg")      # a path, an RGB NumPy array (H, W, 3) or a PIL image
-result.mask, result.prob         # bool (H, W) person; float32 (H, W) person probability
+model = load_model()  # this model; load_model("runs/myrun") for one of yours
+result = model("photo.jpg")  # a path, an RGB NumPy array (H, W, 3) or a PIL image
+result.mask, result.prob  # bool (H, W) person; float32 (H, W) person probability
 ```
 
 ## The model
