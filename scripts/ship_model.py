@@ -28,6 +28,7 @@ from seg.benchmark.suite import machine_info
 from seg.checkpoint import checkpoint_file, load_model_from_checkpoint
 from seg.cli import LOG_FORMAT, user_errors
 from seg.config import compose_eval_config
+from seg.data.manifest import sha256_file
 from seg.evaluation.scoring import run_evaluation
 from seg.ship import (
     ShipError,
@@ -38,7 +39,7 @@ from seg.ship import (
     write_card,
     write_shipped,
 )
-from seg.zoo import DEFAULT, ZOO_DIR, card_file, file_sha256
+from seg.zoo import DEFAULT, ZOO_DIR, card_file
 from seg.zoo.table import shipped_cards, with_table, zoo_table
 
 log = logging.getLogger("ship_model")
@@ -63,7 +64,7 @@ def ship(args: argparse.Namespace) -> int:
     weights = args.out_dir / f"{args.name}.safetensors"
     card = card_file(weights)
     _, record = write_shipped(checkpoint, weights)
-    card.write_text(f"---\nsha256: {file_sha256(weights)}\n---\n")  # loadable until the card
+    card.write_text(f"---\nsha256: {sha256_file(weights)}\n---\n")  # loadable until the card
     try:
         agreement = mask_agreement(checkpoint, weights, "test", args.max_images)
         log.info("fp16 against fp32 masks: %s", agreement)

@@ -16,13 +16,14 @@ import yaml
 
 from seg.checkpoint import checkpoint_file, load_checkpoint, load_model_from_checkpoint
 from seg.config import Config, DataConfig, EvalConfig
+from seg.data.manifest import sha256_file
 from seg.errors import UserError
 from seg.evaluation.samples import list_items
 from seg.evaluation.scoring import source_predictors
 from seg.fileio import write_text
 from seg.models.deploy import deploy_model
 from seg.runs import RunLayout
-from seg.zoo import file_sha256, write_weights
+from seg.zoo import write_weights
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ def card_fields(
     return {
         "name": name,
         "file": weights.name,
-        "sha256": file_sha256(weights),
+        "sha256": sha256_file(weights),
         "size_mb": round(weights.stat().st_size / 1e6, 2),
         "storage": "fp16 (safetensors)",
         "parameters": parameters,

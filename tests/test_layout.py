@@ -15,7 +15,8 @@ SEG = Path(__file__).resolve().parents[1] / "seg"
 LAYERS = [
     {"seg.errors"},  # the user-error types every part raises
     {"seg.config", "seg.fileio", "seg.locks", "seg.signals", "seg.runs"},  # torch-free
-    {"seg.devices", "seg.distributed", "seg.metrics", "seg.data", "seg.models", "seg.zoo"},
+    {"seg.devices", "seg.distributed", "seg.metrics", "seg.data", "seg.models"},
+    {"seg.zoo"},  # the shipped models' files (seg.data.manifest's file digest)
     {"seg.checkpoint"},
     {"seg.inference"},
     {"seg.evaluation"},

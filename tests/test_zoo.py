@@ -26,7 +26,8 @@ import pytest
 
 from seg.config import EvalConfig, ExportConfig, PredictConfig
 from seg.config.demo import DemoConfig
-from seg.zoo import DEFAULT, ZOO_DIR, card_file, file_sha256, read_card, shipped_file
+from seg.data.manifest import sha256_file
+from seg.zoo import DEFAULT, ZOO_DIR, card_file, read_card, shipped_file
 from seg.zoo.table import shipped_cards, with_table, zoo_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,7 +117,7 @@ def test_the_shipped_file_is_small_fp16_safetensors_with_what_rebuilding_it_need
     assert info["command"].startswith("python scripts/train.py +exp=")
     assert re.fullmatch(r"[0-9a-f]{40}", info["commit"])
     card = read_card(card_file(WEIGHTS))
-    assert card["sha256"] == file_sha256(WEIGHTS)
+    assert card["sha256"] == sha256_file(WEIGHTS)
     assert card["fp32_agreement"]["all"] >= MIN_AGREEMENT
 
 
@@ -126,13 +127,15 @@ def test_a_weights_file_holds_the_checkpoints_model_in_fp16_and_rebuilds_it(
     import torch
 
     from seg.checkpoint import load_checkpoint, load_model_from_checkpoint
-    from seg.zoo import WeightsError, fp16_state, write_weights
+    from seg.zoo import WeightsError, write_weights
 
     ckpt = load_checkpoint(exported_tiny)
     path = write_weights(ckpt, tmp_path / "m.safetensors", "python scripts/train.py", "0" * 40)
     model, cfg = load_model_from_checkpoint(path)  # no card beside it: a file of the user's
     assert cfg.model == load_model_from_checkpoint(exported_tiny)[1].model
-    expected = fp16_state(ckpt["model"])
+    expected = {  # what a weights file stores and reads back: floats rounded to fp16
+        k: v.half().float() if v.is_floating_point() else v for k, v in ckpt["model"].items()
+    }
     state = model.state_dict()
     assert state.keys() == expected.keys()
     assert all(torch.equal(state[k].cpu(), expected[k]) for k in state)

@@ -17,14 +17,12 @@ installed package (:func:`is_shipped`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from seg.data.manifest import sha256_file
 from seg.errors import UserError
 from seg.fileio import atomic_path
 
@@ -81,18 +79,10 @@ def read_card(path: Path) -> dict[str, Any]:
     return card
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_sha256(path: Path) -> str:
     """Compare the file's SHA-256 with the one its card beside it gives; a shipped file must
     have a card, a file of the user's is checked where it has one. Returns the digest."""
-    actual = file_sha256(path)
+    actual = sha256_file(path)
     card = card_file(path)
     if not card.is_file():
         if is_shipped(path):
@@ -177,9 +167,3 @@ def write_weights(
     with atomic_path(Path(path)) as tmp:
         save_file(state, str(tmp), metadata={METADATA_KEY: json.dumps(info, default=str)})
     return Path(path)
-
-
-def fp16_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` as a weights file stores it and reads it back: floating tensors rounded to fp16
-    and back to fp32 (what :func:`read_weights` returns for a file written from ``state``)."""
-    return {k: v.half().float() if v.is_floating_point() else v for k, v in state.items()}
