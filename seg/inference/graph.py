@@ -19,9 +19,11 @@ sizes of both kinds. Where a checkpoint's graph files live and when they are mad
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,25 @@ def cpu_copy(model: nn.Module) -> nn.Module:
     return model.cpu()
 
 
+# The exporter's own libraries log each graph pass at INFO (some 150 lines for one model):
+# under a script's INFO logging a user would see them all. Warnings still show.
+EXPORTER_LOGGERS = ("onnx_ir", "onnxscript", "torch.onnx")
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """Hold the exporter's loggers at WARNING for the ``with`` block."""
+    loggers = [logging.getLogger(name) for name in EXPORTER_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 def export_onnx(
     model: nn.Module,
     path: Path,
@@ -84,22 +105,23 @@ def export_onnx(
     h, w = (int(s) | 1 for s in example_hw)  # odd: not a multiple of any size divisor
     example = torch.randn(2, 3, h, w)  # batch 2: torch.export specialises sizes 0 and 1
     auto = {0: Dim.AUTO, 2: Dim.AUTO, 3: Dim.AUTO}
-    program = torch.onnx.export(
-        net,
-        (example,),
-        None,
-        dynamo=True,
-        input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME],
-        dynamic_shapes={"x": auto},
-        opset_version=opset,
-        verbose=False,
-    )
-    shape = program.model.graph.inputs[0].shape
-    program.rename_axes({shape[i]: name for i, name in zip((0, 2, 3), AXES, strict=True)})
-    program.model.metadata_props.update(metadata or {})
-    with atomic_path(path) as tmp:
-        program.save(tmp, external_data=False)
+    with quiet_exporter():
+        program = torch.onnx.export(
+            net,
+            (example,),
+            None,
+            dynamo=True,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_shapes={"x": auto},
+            opset_version=opset,
+            verbose=False,
+        )
+        shape = program.model.graph.inputs[0].shape
+        program.rename_axes({shape[i]: name for i, name in zip((0, 2, 3), AXES, strict=True)})
+        program.model.metadata_props.update(metadata or {})
+        with atomic_path(path) as tmp:
+            program.save(tmp, external_data=False)
     return path
 
 
