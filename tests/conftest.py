@@ -7,7 +7,9 @@ pairs of the same names, sizes and layout (``tests/synthetic.py``), so that the 
 
 What is costly is built once per session and shared read-only: a real 2-step training run
 (``tiny_run``), a random tiny dual-column model (``tiny_model``) and its checked ONNX export
-(``exported_tiny``). A test that writes beside them takes a copy (``tiny_checkpoint``).
+(``exported_tiny``). A test that writes beside them takes a copy (``tiny_checkpoint``). The run
+and the export (a dynamo export: half a minute each) are built once for all the pytest-xdist
+workers of a session (``built_once``), not once per worker.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import io
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,7 @@ from training_utils import (
 )
 
 from seg.config import Config
+from seg.locks import file_lock
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = Path(os.environ.get("SEG_SHARED_DATASETS", REPO.parent / "shared" / "datasets"))
@@ -42,6 +46,28 @@ def pytest_configure(config: pytest.Config) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1:
         torch.set_num_threads(max(1, torch.get_num_threads() // workers))
+
+
+# Built once per session for all workers (``built_once``); under pytest-xdist worker gw<k> builds
+# the k-th first thing, so that the builds run side by side and no test waits on both in turn.
+SHARED_BUILDS = ("exported_tiny", "tiny_run")
+NEEDED_BUILDS = pytest.StashKey[set]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Which shared builds the tests to run need (none for a run of a few fast modules)."""
+    used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    session.config.stash[NEEDED_BUILDS] = used & set(SHARED_BUILDS)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_builds_first(request: pytest.FixtureRequest) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") else len(SHARED_BUILDS)
+    if index < len(SHARED_BUILDS):
+        name = SHARED_BUILDS[index]
+        if name in request.config.stash.get(NEEDED_BUILDS, set()):
+            request.getfixturevalue(name)
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +119,25 @@ def data_root(vikram_pairs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return make_folder_subset(vikram_pairs, tmp_path / "data")
 
 
+@contextlib.contextmanager
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """``(folder, build)``: a folder of this test session shared by its pytest-xdist workers,
+    and whether the caller must build into it (the first to come; the others wait on a file
+    lock and find it built). A build that raised is cleared and redone by the next caller."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's popen-gwN
+    folder, done = base / name, base / f"{name}.built"
+    with file_lock(base / f"{name}.lock"):
+        if done.is_file():
+            yield folder, False
+            return
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        yield folder, True
+        done.touch()
+
+
 @pytest.fixture(scope="session")
 def tiny_run(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of a real 2-step run (single-column net, 64x64 crops, vikram pairs): read only
@@ -103,13 +148,14 @@ def tiny_run(vikram_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     from seg.engine.train import train
     from seg.inference.cache import cached_export
 
-    root = tmp_path_factory.mktemp("tiny_run")
-    data = make_folder_subset(vikram_pairs, root / "data")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("SEG_DATA_DIR", raising=False)
-        train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
-    last = root / "run" / "checkpoints" / "last.pt"
-    cached_export(last, *load_model_from_checkpoint(last, device="cpu"))
+    with built_once(tmp_path_factory, "tiny_run") as (root, build):
+        if build:
+            data = make_folder_subset(vikram_pairs, root / "data")
+            with pytest.MonkeyPatch.context() as mp:
+                mp.delenv("SEG_DATA_DIR", raising=False)
+                train(compose_config([*tiny_overrides(data, root / "run"), "trainer.max_steps=2"]))
+            last = root / "run" / "checkpoints" / "last.pt"
+            cached_export(last, *load_model_from_checkpoint(last, device="cpu"))
     return root / "run"
 
 
@@ -151,19 +197,20 @@ def exported_tiny(
     from seg.inference.cache import export_key
 
     model, cfg = tiny_model
-    root = tmp_path_factory.mktemp("exported")
-    path = root / "run" / "checkpoints" / "best.pt"
-    path.parent.mkdir(parents=True)
-    save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, path)
-    photos = root / "photos"
-    photos.mkdir()
-    for name in EXPORT_PHOTOS:
-        shutil.copy(vikram_pairs / "Training_Images" / name, photos)
-    out = path.parent / f"best.{export_key(path)}.onnx"
-    args = [f"checkpoint={path}", f"out={out}", f"images={photos}", *EXPORT_ARGS]
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        assert load_script("export").main(args) == 0
-    (root / "run" / "export_report.json").write_text(printed.getvalue())
+    with built_once(tmp_path_factory, "exported") as (root, build):
+        path = root / "run" / "checkpoints" / "best.pt"
+        if build:
+            path.parent.mkdir(parents=True)
+            save_checkpoint({"model": model.state_dict(), "config": config_to_dict(cfg)}, path)
+            photos = root / "photos"
+            photos.mkdir()
+            for name in EXPORT_PHOTOS:
+                shutil.copy(vikram_pairs / "Training_Images" / name, photos)
+            out = path.parent / f"best.{export_key(path)}.onnx"
+            args = [f"checkpoint={path}", f"out={out}", f"images={photos}", *EXPORT_ARGS]
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                assert load_script("export").main(args) == 0
+            (root / "run" / "export_report.json").write_text(printed.getvalue())
     return path
 
 

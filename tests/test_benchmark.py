@@ -5,6 +5,7 @@ choices. No timing is asserted."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -293,12 +294,14 @@ def test_compiled_row_beside_the_eager_one() -> None:
     assert "single_column:compile" in format_report({**_empty_result(), "models": [compiled]})
 
 
-def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypatch):
+def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypatch, exported_tiny):
     """Each path (eager, folded, bf16 where native, ONNX Runtime fp32 and int8, and
     predict.py's whole per-image work per backend) at each batch size, with positive times;
     torch's thread count is restored after the ONNX Runtime rows. A second ONNX Runtime
     session that has run slows the first, and predict.py holds only one: while each ONNX
-    Runtime path runs, its session is the only one alive."""
+    Runtime path runs, its session is the only one alive. The model is the session's tiny
+    dual-column net, and its export a copy of the session's export of that net (the same
+    graph; the export itself is test_export.py's)."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     import gc
@@ -329,9 +332,16 @@ def test_inference_backends_rows_cover_every_path_one_session_at_a_time(monkeypa
             yield path
 
     monkeypatch.setattr(inference, "_paths", watched_paths)
+    (export,) = exported_tiny.parent.glob("*.onnx")
+    monkeypatch.setattr(
+        inference, "export_onnx", lambda model, path, *a: Path(shutil.copyfile(export, path))
+    )
     threads = torch.get_num_threads()
-    small = "single_column:model.columns.0.blocks=[1,1,1,1,1]:model.columns.0.widths=[4,8,8,8,8]"
-    rows = inference.measure_backends([small], tiny())  # a small graph: a quick export
+    small = "dual_channel" + "".join(  # tiny_config's net
+        f":model.columns.{i}.blocks=[1,1,1,1,1]:model.columns.{i}.widths=[4,8,8,8,8]"
+        for i in (0, 1)
+    )
+    rows = inference.measure_backends([small], tiny())
     assert torch.get_num_threads() == threads
     paths = list(dict.fromkeys(r["path"] for r in rows))
     expected = {"torch fp32, as trained", "torch fp32, BN folded", "onnxruntime fp32"}

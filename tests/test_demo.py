@@ -22,6 +22,10 @@ import cv2
 import numpy as np
 import pytest
 
+# One xdist worker runs this module (pyproject.toml: --dist loadgroup): its module fixtures
+# are built once.
+pytestmark = pytest.mark.xdist_group("demo")
+
 REPO = Path(__file__).resolve().parents[1]
 PHOTO = Path("eg_portrait/data/images_data_crop/00002.jpg")  # a real test photo (../shared)
 

@@ -42,6 +42,10 @@ from seg.inference.predictor import build_predictor
 from seg.metrics import SegMetrics, boundary_fscore
 from seg.models import SegmentationModel
 
+# One xdist worker runs this module (pyproject.toml: --dist loadgroup): its module fixtures
+# are built once.
+pytestmark = pytest.mark.xdist_group("evaluate")
+
 N_IMAGES = 3
 WORST = 2
 

@@ -23,6 +23,10 @@ from seg.data.transforms import eval_content_size
 from seg.inference.predictor import LogitRestorer, Predictor, Scale, build_predictor
 from seg.inference.render import cutout, overlay
 
+# One xdist worker runs this module (pyproject.toml: --dist loadgroup): its module fixtures
+# are built once.
+pytestmark = pytest.mark.xdist_group("memory")
+
 # Peak memory above the warm process, bytes per pixel of a 3200 x 2400 photo (measured with the
 # tiny test model and malloc's mmap threshold fixed, see peak_bytes_per_pixel: evaluation
 # 25.2-25.5, prediction 16.2-16.4 in 4 runs; without the fixed threshold 20.5-28.0 and 5.2-7.4

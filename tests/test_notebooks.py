@@ -14,17 +14,23 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
-import pandas as pd
 import pytest
-from ipykernel.kernelspec import write_kernel_spec
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
 from training_utils import REPO, make_folder_subset, tiny_overrides
 
 from seg.config import compose_config
 from seg.engine.train import train
+
+if TYPE_CHECKING:
+    import nbformat
+
+# nbformat, nbclient, ipykernel and pandas are imported where used: nbformat's schema validator
+# alone takes seconds to import, and every pytest-xdist worker collects this module.
+
+# One xdist worker runs this module (pyproject.toml: --dist loadgroup): its module fixtures
+# are built once.
+pytestmark = pytest.mark.xdist_group("notebooks")
 
 NOTEBOOKS = REPO / "notebooks"
 COLUMNS = {"single_column": 1, "dual_channel": 2, "multi_column": 3}
@@ -71,6 +77,8 @@ def eval_dir(runs: dict[str, Path]) -> Path:
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A kernel spec that runs this interpreter (where seg is installed), found first."""
     jupyter_path = tmp_path_factory.mktemp("jupyter")
+    from ipykernel.kernelspec import write_kernel_spec
+
     write_kernel_spec(jupyter_path / "kernels" / KERNEL)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JUPYTER_PATH", str(jupyter_path), prepend=os.pathsep)
@@ -83,6 +91,9 @@ def execute(
     """Run a copy of ``notebooks/<name>`` with ``params`` in the kernel's environment, plus a
     last cell that prints ``probe`` (an expression of the notebook's variables) as JSON;
     returns the executed copy and the probe's value."""
+    import nbformat
+    from nbclient import NotebookClient
+
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(f"import json\nprint(json.dumps({probe}))"))
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # inline figures
@@ -141,6 +152,8 @@ def test_error_analysis(eval_dir: Path, kernel: str, tmp_path: Path) -> None:
     assert len(outputs(nb, "image/png")) == 3
     tables = outputs(nb, "text/html")
     assert len(tables) == 5  # metrics.json, worst images, binned, per source, failing
+    import pandas as pd
+
     images = pd.read_csv(eval_dir / "per_image.csv")
     worst = images.sort_values(["iou", "pixel_acc"])["name"].tolist()
     positions = [tables[1].index(f">{name}<") for name in worst]
@@ -168,6 +181,8 @@ def test_column_ablation(runs: dict[str, Path], kernel: str, tmp_path: Path) -> 
 
 
 def test_a_wrong_run_dir_is_named(kernel: str, tmp_path: Path) -> None:
+    from nbclient.exceptions import CellExecutionError
+
     with pytest.raises(CellExecutionError, match=r"missing_run is not a training run directory"):
         execute(
             "training_curves.ipynb",
@@ -184,6 +199,8 @@ def test_every_notebook_is_executed_here() -> None:
 
 @pytest.mark.parametrize("name", sorted(PARAMETERS))
 def test_committed_notebooks_have_no_outputs(name: str) -> None:
+    import nbformat
+
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]

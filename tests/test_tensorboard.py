@@ -26,6 +26,10 @@ from seg.engine.logger import MetricLogger
 from seg.engine.monitor import WaitClock, flatten_hparams
 from seg.engine.train import train
 
+# One xdist worker runs this module (pyproject.toml: --dist loadgroup): its module fixtures
+# are built once.
+pytestmark = pytest.mark.xdist_group("tensorboard")
+
 VAL_IMAGES = 2
 
 

@@ -11,6 +11,7 @@ shipped model means regenerating both: ``python tests/test_zoo.py --write-refere
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -29,6 +31,10 @@ from seg.config.demo import DemoConfig
 from seg.data.manifest import sha256_file
 from seg.zoo import DEFAULT, ZOO_DIR, card_file, read_card, shipped_file
 from seg.zoo.table import shipped_cards, with_table, zoo_table
+
+# One xdist worker runs this module (pyproject.toml: --dist loadgroup): its module fixtures
+# are built once.
+pytestmark = pytest.mark.xdist_group("zoo")
 
 REPO = Path(__file__).resolve().parents[1]
 WEIGHTS = ZOO_DIR / f"{DEFAULT}.safetensors"
@@ -93,6 +99,34 @@ def run_script(
 ) -> subprocess.CompletedProcess:
     cmd, env = script_command(script, *args, cache=cache)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def script_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> Callable[..., list[str]]:
+    """Runs ``scripts/<name>.py``'s ``main(args)`` in this process (in ``tmp_path``, its own
+    cache folder, no dataset folder), asserts its exit status 2 (a user's mistake), and returns
+    its ERROR lines. That a message is one line, without a traceback, in a real process is
+    test_cli.py's: here only what the messages say."""
+    from training_utils import load_script
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("SEG_DATA_DIR", raising=False)
+
+    def run(name: str, *args: str) -> list[str]:
+        caplog.clear()
+        assert load_script(name).main([*args, f"out={tmp_path / 'out'}"]) == 2, caplog.text
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+    return run
+
+
+def tiny_photo(folder: Path) -> Path:
+    photo = folder / "x.png"
+    cv2.imwrite(str(photo), np.zeros((8, 8, 3), np.uint8))
+    return photo
 
 
 def rle_decode(ref: dict) -> np.ndarray:
@@ -196,7 +230,9 @@ def test_every_script_and_the_python_call_default_to_the_shipped_model() -> None
     assert load_model.__defaults__[0] == DEFAULT
 
 
-def test_a_flipped_byte_fails_loading_in_one_line_naming_the_file(tmp_path: Path) -> None:
+def test_a_flipped_byte_fails_loading_in_one_line_naming_the_file(
+    tmp_path: Path, script_errors
+) -> None:
     from seg.checkpoint import load_model_from_checkpoint
     from seg.zoo import WeightsError
 
@@ -209,34 +245,8 @@ def test_a_flipped_byte_fails_loading_in_one_line_naming_the_file(tmp_path: Path
     copy.write_bytes(bytes(data))
     with pytest.raises(WeightsError, match=re.escape(str(copy))):
         load_model_from_checkpoint(copy)
-    photo = tmp_path / "x.png"
-    cv2.imwrite(str(photo), np.zeros((8, 8, 3), np.uint8))
-    result = run_script(
-        "predict.py", f"checkpoint={copy}", f"input={photo}", cache=tmp_path, cwd=tmp_path
-    )
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("ERROR")]
-    assert len(lines) == 1 and str(copy) in lines[0] and "SHA-256" in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
-
-
-def test_predict_with_no_checkpoint_and_no_network_writes_the_reference_mask(
-    shared_datasets: Path, cache_home: Path, tmp_path: Path
-) -> None:
-    """As a new user after the README's install: no checkpoint=, sockets refused, a fresh
-    cache (the export is made into it, nothing into the package)."""
-    before = sorted(p.name for p in ZOO_DIR.iterdir())
-    photo = shutil.copy(shared_datasets / PHOTO, tmp_path / "photo.jpg")
-    result = run_script("predict.py", f"input={photo}", "out=out", cache=cache_home, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"the shipped model {DEFAULT}" in result.stderr  # the log names it
-    mask = cv2.imread(str(tmp_path / "out" / "photo_mask.png"), cv2.IMREAD_GRAYSCALE) > 127
-    reference = rle_decode(json.loads(REFERENCE.read_text()))
-    assert mask.shape == reference.shape
-    assert (mask == reference).mean() >= MIN_AGREEMENT
-    assert 0.05 < reference.mean() < 0.95  # a person, not an empty or full frame
-    assert list((cache_home / "humanseg" / "onnx").glob(f"{DEFAULT}.*.onnx"))
-    assert sorted(p.name for p in ZOO_DIR.iterdir()) == before
+    errors = script_errors("predict", f"checkpoint={copy}", f"input={tiny_photo(tmp_path)}")
+    assert len(errors) == 1 and str(copy) in errors[0] and "SHA-256" in errors[0], errors
 
 
 def test_the_demo_starts_with_no_checkpoint_and_no_network(
@@ -266,26 +276,18 @@ def test_the_demo_starts_with_no_checkpoint_and_no_network(
     assert proc.returncode == 0, log.read_text()[-3000:]
 
 
-def test_int8_with_the_shipped_model_asks_for_calibration_photos(tmp_path: Path) -> None:
-    photo = tmp_path / "x.png"
-    cv2.imwrite(str(photo), np.zeros((8, 8, 3), np.uint8))
-    result = run_script(
-        "predict.py", f"input={photo}", "precision=int8", cache=tmp_path, cwd=tmp_path
-    )
-    assert result.returncode == 2
-    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("ERROR")]
-    assert len(errors) == 1 and "calibration=" in errors[0], result.stderr
+def test_int8_with_the_shipped_model_asks_for_calibration_photos(
+    tmp_path: Path, script_errors
+) -> None:
+    errors = script_errors("predict", f"input={tiny_photo(tmp_path)}", "precision=int8")
+    assert len(errors) == 1 and "calibration=" in errors[0], errors
 
 
 def test_a_missing_checkpoint_says_what_to_pass_and_that_the_shipped_model_is_the_default(
-    tmp_path: Path,
+    script_errors,
 ) -> None:
-    result = run_script(
-        "evaluate.py", "checkpoint=runs/nope", "split=test", cache=tmp_path, cwd=tmp_path
-    )
-    assert result.returncode == 2
-    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("ERROR")]
-    assert len(errors) == 1, result.stderr
+    errors = script_errors("evaluate", "checkpoint=runs/nope", "split=test")
+    assert len(errors) == 1, errors
     assert "runs/nope" in errors[0] and "leave it out for the shipped model" in errors[0]
 
 
