@@ -21,7 +21,7 @@ from seg.data.coco import (
     read_yolo_mask,
 )
 from seg.data.copy_paste import RawPool
-from seg.data.download import resolve_data_root
+from seg.data.download import DatasetNotFoundError, resolve_data_root
 from seg.data.io import (
     IGNORE_INDEX,
     BadSampleError,
@@ -31,7 +31,15 @@ from seg.data.io import (
     read_mask_array,
 )
 from seg.data.listing import SPLITS, Listing, SampleRef
-from seg.data.registry import DATASETS, MIX, Role, dataset, list_dataset, names_with_role
+from seg.data.registry import (
+    DATASETS,
+    MIX,
+    Role,
+    dataset,
+    dataset_folder,
+    list_dataset,
+    names_with_role,
+)
 from seg.data.transforms import SourceTransforms, build_train_transform, seed_transform
 from seg.errors import ConfigError, DataError, MissingFileError
 from seg.fileio import write_text
@@ -148,13 +156,39 @@ def train_only(cfg: DataConfig, name: str) -> bool:
     return dataset(name).role_of(cfg) is Role.train_only
 
 
-def list_negatives_of(cfg: DataConfig) -> Listing:
+def own_folder(cfg: DataConfig) -> bool:
+    """Whether ``data.name`` is data of the user's (``data=folder``, ``data=coco``): nothing to
+    fetch, and ``data.root`` is that folder, not where the datasets are."""
+    return cfg.name != MIX and dataset(cfg.name).fetcher is None
+
+
+def list_negatives_of(cfg: DataConfig) -> Listing | None:
     """The photos without people that ``data.negatives`` names: the ``imagenet_negatives``
     dataset (fetched when missing and ``data.download`` is on), or a folder of photos
-    (relative to the data root, or absolute)."""
+    (relative to the data root, or absolute).
+
+    With data of the user's (``own_folder``) the named dataset is looked for where the
+    datasets are (``$SEG_DATA_DIR``, else ``./data``), not in the user's folder; where it is
+    missing there, None (the run trains without them, and one line says so and how to add
+    them).
+    """
     negatives = names_with_role(Role.negatives)
     if cfg.negatives in negatives:
-        return list_dataset(cfg, cfg.negatives)
+        if not own_folder(cfg):
+            return list_dataset(cfg, cfg.negatives)
+        root = resolve_data_root(None)
+        try:
+            folder = dataset_folder(cfg.negatives, root, cfg.download)
+        except DatasetNotFoundError:
+            log.warning(
+                "training without photos without people: data.negatives_p=%g asks for %s, which "
+                "is not in %s ($SEG_DATA_DIR, where the datasets are); add them with python "
+                "scripts/download_data.py %s --root %s, or data.negatives=<a folder of photos "
+                "without people>; data.negatives_p=0 says you want none",
+                cfg.negatives_p, cfg.negatives, root, cfg.negatives, root,
+            )  # fmt: skip
+            return None
+        return dataset(cfg.negatives).list(folder, cfg, BadSamplePolicy(cfg.on_bad_sample))
     folder = resolve_data_root(cfg.root) / Path(cfg.negatives).expanduser()  # absolute wins
     if not folder.is_dir():
         raise MissingFileError(
@@ -168,11 +202,12 @@ def negative_refs(cfg: DataConfig, positives: int, seed: int = 0) -> list[Sample
     """The photos without people of each epoch: ``data.negatives_p`` of its samples besides
     ``positives`` photos with people, taken from the folder in an order drawn from ``seed``
     (the same ones every epoch of a run; when the share needs more photos than the folder has,
-    each is used before any repeats)."""
+    each is used before any repeats). None where ``list_negatives_of`` finds none."""
     share = cfg.negatives_p  # in [0, 1): DataConfig checks it
-    if share == 0:
+    listing = list_negatives_of(cfg) if share > 0 else None
+    if listing is None:
         return []
-    refs = list(list_negatives_of(cfg).refs.values())
+    refs = list(listing.refs.values())
     order = np.random.default_rng(seed).permutation(len(refs))
     count = round(positives * share / (1 - share))
     return [refs[order[i % len(refs)]] for i in range(count)]
