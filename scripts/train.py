@@ -13,10 +13,12 @@ from __future__ import annotations
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from seg.cli import user_errors
 from seg.config import check_retired_overrides, register_configs
+from seg.engine.init_from import with_init_source
 from seg.engine.launch import hydra_overrides
 from seg.engine.preemption import Stopped
 from seg.engine.train import train
@@ -29,6 +31,9 @@ def main(cfg: DictConfig) -> float:
     # A config value out of range, missing data, a busy run folder, a checkpoint that cannot
     # be resumed: one line saying what to do, exit code 2. A bug keeps its traceback.
     with user_errors("train"):
+        # trainer.init_from brings the source's model config along, but for the keys that the
+        # command sets (Hydra's task overrides).
+        cfg = with_init_source(cfg, HydraConfig.get().overrides.task)
         try:
             result = train(cfg)
         except Stopped as stopped:  # SIGTERM, SIGINT or SIGUSR1: last.pt holds the last step

@@ -78,6 +78,10 @@ class TrainerConfig:
     keep_last: int = incidental(3)  # step checkpoints kept beside last.pt and best.pt; 0 = none
     # auto (run_dir's last.pt, if any) | a checkpoint | a run dir
     resume: str | None = incidental(None)
+    # A new run from a trained model's weights (fine-tuning): a checkpoint, a run dir or a
+    # shipped model's name (person). Its model config and aug.mean/std come along unless the
+    # command sets them; a fresh optimiser and schedule (seg/engine/init_from.py).
+    init_from: str | None = incidental(None)
     run_dir: str | None = incidental(None)  # default: Hydra's output directory, else outputs/<time>
     # A new run may replace the run already in run_dir (else refused).
     overwrite: bool = incidental(False)

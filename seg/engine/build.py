@@ -29,6 +29,7 @@ from seg.data import (
 )
 from seg.data.transforms import build_eval_transform, eval_pad_value, pipelines
 from seg.engine.checkpointer import restore_rng
+from seg.engine.init_from import InitSource, load_init_weights
 from seg.engine.loaders import ResumableSampler, build_train_loader, build_val_loader
 from seg.engine.step import Stepper, build_stepper
 from seg.engine.validation import metric_names
@@ -68,15 +69,21 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 
 def build_ddp_model(
-    cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None
+    cfg: Config,
+    devices: list[torch.device],
+    ckpt: dict[str, Any] | None,
+    init: InitSource | None = None,
 ) -> tuple[nn.Module, nn.Module]:
-    """``(model, model_without_ddp)`` with column j on ``devices[j]``: weights restored, SyncBN
-    and DDP with several replicas."""
+    """``(model, model_without_ddp)`` with column j on ``devices[j]``: weights restored (from
+    ``ckpt``, a resumed run's, or ``init``, ``trainer.init_from``'s), SyncBN and DDP with
+    several replicas."""
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    # A resumed run's weights come from the checkpoint: no ImageNet file is read for nothing.
-    model = build_model(cfg.model, pretrained=None if ckpt is None else False)
+    # A resumed or initialised run's weights come from a file: no ImageNet file is read.
+    model = build_model(cfg.model, pretrained=None if ckpt is None and init is None else False)
     if ckpt is not None:  # a weight EMA's (retired) "train_model": the weights it trained
         model.load_state_dict(ckpt.get("train_model", ckpt["model"]))
+    elif init is not None:
+        load_init_weights(model, cfg, init)
     model.place(devices)
     if cfg.trainer.compile:
         # In place and lazy (it traces at the first call, after any SyncBatchNorm swap below):
@@ -131,10 +138,16 @@ def check_normalization(cfg: Config) -> None:
         )
 
 
-def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None = None) -> Parts:
+def setup(
+    cfg: Config,
+    devices: list[torch.device],
+    ckpt: dict[str, Any] | None = None,
+    init: InitSource | None = None,
+) -> Parts:
     """Build everything from ``cfg``, the model's columns on ``devices`` (``train`` resolved
     ``trainer.column_devices`` before starting the process group); with ``ckpt``, also restore
-    the weights, the optimiser, schedule and scaler states and this rank's random states."""
+    the weights, the optimiser, schedule and scaler states and this rank's random states; with
+    ``init`` (``trainer.init_from``), the model's weights alone."""
     t, ws, rank = cfg.trainer, du.world_size(), du.rank()
     num_classes = cfg.model.num_classes
     if t.best_metric not in metric_names(num_classes):
@@ -142,9 +155,9 @@ def setup(cfg: Config, devices: list[torch.device], ckpt: dict[str, Any] | None 
             f"trainer.best_metric={t.best_metric!r}; valid: {metric_names(num_classes)}"
         )
     check_normalization(cfg)
-    if ckpt is None:  # a resumed run's weights come from its checkpoint, not from random
+    if ckpt is None and init is None:  # else the weights come from a file, not from random
         check_frozen_random(cfg)
-    model, model_without_ddp = build_ddp_model(cfg, devices, ckpt)
+    model, model_without_ddp = build_ddp_model(cfg, devices, ckpt, init)
     train_set = build_train_dataset(cfg.data, cfg.aug)  # also the pool of aug.paste_p
     eval_aug = dataclasses.replace(cfg.aug, mask_fill=IGNORE_INDEX)  # padding is never scored
     transforms = {  # each source at its size (aug.eval_size times its data.eval_scales)

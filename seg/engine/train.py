@@ -34,6 +34,7 @@ from seg.engine.checkpointer import (
     check_resume_config,
     find_resume_checkpoint,
 )
+from seg.engine.init_from import InitSource, read_init_source
 from seg.engine.launch import launch, needs_launch, remember_run_dir
 from seg.engine.logger import LossMeter, MetricLogger, NonFiniteLossError
 from seg.engine.monitor import WaitClock, flatten_hparams, memory_scalars
@@ -88,9 +89,11 @@ def _fit(cfg: Config, devices: list[torch.device]) -> dict[str, Any]:
         try:
             ckpt_path = find_resume_checkpoint(cfg.trainer.resume, run_dir)
             resuming, auto = ckpt_path is not None, cfg.trainer.resume == "auto"
+            # Read before the folder is claimed: overwrite may empty the folder it came from.
+            init = init_source(cfg, resuming)
             claim_run_dir(run_dir, resuming, cfg.trainer.overwrite, auto)  # never mix runs
             with _log_to(run_dir / "train.log" if du.is_main_process() else None):
-                return _run(cfg, run_dir, ckpt_path, devices)
+                return _run(cfg, run_dir, ckpt_path, devices, init)
         except BaseException:
             # A run that failed before writing anything leaves no empty folder; only while it
             # holds the lock: a start that lost the race for a new folder never removes the
@@ -119,15 +122,30 @@ def _log_to(path: Path | None) -> Iterator[None]:
         handler.close()
 
 
+def init_source(cfg: Config, resuming: bool) -> InitSource | None:
+    """``trainer.init_from``'s weights for a new run; None without it, or when the run resumes
+    (its own checkpoint holds its weights)."""
+    if not cfg.trainer.init_from:
+        return None
+    if resuming:
+        log.info("trainer.init_from=%s: not read, the run resumes", cfg.trainer.init_from)
+        return None
+    return read_init_source(cfg.trainer.init_from)
+
+
 def _run(
-    cfg: Config, run_dir: Path, ckpt_path: Path | None, devices: list[torch.device]
+    cfg: Config,
+    run_dir: Path,
+    ckpt_path: Path | None,
+    devices: list[torch.device],
+    init: InitSource | None = None,
 ) -> dict[str, Any]:
     t, main = cfg.trainer, du.is_main_process()
     seed_everything(cfg.seed, t.deterministic)
     ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
     if ckpt is not None:
         check_resume_config(ckpt, cfg, ckpt_path)
-    p = setup(cfg, devices, ckpt)
+    p = setup(cfg, devices, ckpt, init)
     state = TrainState.from_checkpoint(ckpt, du.world_size()) if ckpt else TrainState()
     if ckpt is not None:
         resume_changes(state, ckpt["config"].get("trainer", {}), t)
@@ -142,6 +160,8 @@ def _run(
             "devices": [str(d) for d in p.stepper.model_without_ddp.devices],
         }
         info.update(torch=torch.__version__, restart=du.restart_count(), resumed_from=ckpt_path)
+        if init is not None:
+            info["init_from"] = init.card()
         write_run_files(run_dir, cfg, info)
         save_splits(cfg.data, RunLayout(run_dir).splits)
         net = p.stepper.model_without_ddp
