@@ -17,11 +17,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from seg.cli import user_errors
-from seg.config import check_retired_overrides, register_configs
-from seg.engine.init_from import with_init_source
-from seg.engine.launch import hydra_overrides
-from seg.engine.preemption import Stopped
-from seg.engine.train import train
+from seg.config import Config, check_retired_overrides, register_configs
+from seg.config.compose import CONFIG_DIR
+from seg.config.overrides import check_overrides
+
+# seg.engine (torch and the rest) is imported where it is used: a mistake on the command line is
+# answered in a second, before it loads.
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
@@ -30,6 +31,10 @@ def main(cfg: DictConfig) -> float:
     default, over the training sources when one is held out): what a Hydra sweeper optimises."""
     # A config value out of range, missing data, a busy run folder, a checkpoint that cannot
     # be resumed: one line saying what to do, exit code 2. A bug keeps its traceback.
+    from seg.engine.init_from import with_init_source
+    from seg.engine.preemption import Stopped
+    from seg.engine.train import train
+
     with user_errors("train"):
         # trainer.init_from brings the source's model config along, but for the keys that the
         # command sets (Hydra's task overrides).
@@ -44,6 +49,9 @@ def main(cfg: DictConfig) -> float:
 if __name__ == "__main__":
     with user_errors("train"):
         check_retired_overrides(sys.argv[1:])
+        check_overrides(sys.argv[1:], Config, CONFIG_DIR, "train")  # one line, not Hydra's
+    from seg.engine.launch import hydra_overrides
+
     register_configs()
     sys.argv += hydra_overrides()  # under torchrun: one run directory for all ranks
     main()

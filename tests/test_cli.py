@@ -108,3 +108,58 @@ def test_train_py_bug_keeps_its_traceback(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "ValueError: operands could not be broadcast together" in result.stderr
     assert "Traceback" in result.stderr
+
+
+def _script(script: str, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, f"scripts/{script}", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "overrides", "named", "forbidden"),
+    [
+        ("train.py", ["trainer.max_step=20"], ["trainer.max_steps"], "+trainer"),
+        ("train.py", ["data=nope"], ["data=nope", "vikram_human_seg", "folder"], "search path"),
+        ("train.py", ["+exp=nope"], ["dual_channel_pretrained_cpu_coco"], "search path"),
+        ("evaluate.py", ["+chekpoint=x"], ["did you mean checkpoint?"], "+checkpoint"),
+        ("predict.py", ["inptu=photo.jpg"], ["did you mean input?"], "+input"),
+    ],
+    ids=["misspelt-key", "unknown-data", "unknown-exp", "plus-misspelt-key", "predict"],
+)
+def test_a_command_line_mistake_is_one_line_on_stderr_and_exit_2(
+    script: str, overrides: list[str], named: list[str], forbidden: str
+) -> None:
+    """Hydra alone: seven lines, exit 1, and for a misspelt key the advice to append it with +
+    (``+chekpoint=x`` it accepts silently); an unknown group option lists its search path."""
+    recipe = ["+exp=dual_channel"] if script == "train.py" else []
+    result = _script(script, *recipe, *overrides)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and not result.stdout.strip(), result.stderr + result.stdout
+    assert all(n in lines[0] for n in named) and forbidden not in lines[0], lines[0]
+
+
+def test_override_checks_accept_what_the_schema_holds_and_name_the_closest_keys() -> None:
+    from seg.config import Config
+    from seg.config.compose import CONFIG_DIR
+    from seg.config.overrides import check_overrides
+
+    def check(*overrides: str) -> None:
+        check_overrides(list(overrides), Config, CONFIG_DIR, "train")
+
+    check("+exp=dual_channel", "data=folder", "data.root=x", "model.columns.1.widths=[4,8]")
+    check("+data.train_scales={coco_mini_person: 1.6667}", "data.eval_scales.ccp=1.2")
+    check("-m", "data=ccp,eg_portrait", "hydra.run.dir=x", "debug=default", "~trainer.run_dir")
+    with pytest.raises(ConfigError, match=r"^data=nope: no such data config .*valid: ccp, coco"):
+        check("-m", "data=ccp,nope")
+    with pytest.raises(ConfigError, match=r"unknown config key optim.lrr; did you mean optim.lr\?"):
+        check("optim.lrr=0.1")
+    with pytest.raises(ConfigError, match=r"model.columns.0.widht.*did you mean .*widths"):
+        check("model.columns.0.widht=[1]")
+    with pytest.raises(ConfigError, match=r"unknown config key \+trainer.foo .*keys of trainer"):
+        check("+trainer.foo=1")

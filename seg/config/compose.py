@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from seg.config.overrides import check_overrides
 from seg.config.training import Config
 from seg.errors import ConfigError
 
@@ -84,6 +85,10 @@ def compose_dict(
     from hydra.errors import ConfigCompositionException
 
     check_retired_overrides(list(overrides or []))
+    # One line for a misspelt key or an unknown group option, before Hydra's seven; the root
+    # schema is the first of ``schemas`` (a script's options), else the training config.
+    root = next(iter(schemas.values())) if schemas else Config
+    check_overrides(list(overrides or []), root, config_dir, config_name)
     register_configs()
     for name, node in (schemas or {}).items():
         ConfigStore.instance().store(name=name, node=node)
