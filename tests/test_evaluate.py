@@ -36,6 +36,7 @@ from seg.data.listing import list_vikram
 from seg.data.transforms import build_eval_transform, eval_pad_value
 from seg.engine.loaders import build_val_loader
 from seg.engine.validation import evaluate
+from seg.errors import ConfigError
 from seg.evaluation.report import CSV_COLUMNS, SUMMARY_KEYS, image_row, json_safe, write_csv
 from seg.evaluation.scoring import run_evaluation
 from seg.inference.predictor import build_predictor
@@ -342,7 +343,7 @@ def test_bad_options_name_the_key(override: str, match: str) -> None:
 
 
 def test_typos_fail_when_composing() -> None:
-    with pytest.raises(ConfigCompositionException, match="scals"):
+    with pytest.raises(ConfigError, match=r"unknown config key scals; did you mean scales\?"):
         compose_eval_config(["checkpoint=x.pt", "scals=[1.0]"])
     with pytest.raises(ConfigCompositionException, match=r"'flop', expected one of \[flip\]"):
         compose_eval_config(["checkpoint=x.pt", "tta=[flop]"])
