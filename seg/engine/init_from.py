@@ -173,7 +173,8 @@ def load_init_weights(model: nn.Module, cfg: Config, source: InitSource) -> list
             + (", ..." if count > len(problems) else "")
             + ")"
             + (f"; model keys that differ from the source's: {', '.join(keys[:6])}" if keys else "")
-            + "; leave the model keys out to take the source's model"
+            + "; to take the source's model, leave the model keys out of the command (from "
+            "Python: seg.engine.init_from.with_init_source(cfg, overrides))"
         )
     model.load_state_dict({k: v for k, v in source.state.items() if k not in fresh}, strict=False)
     log.info(
