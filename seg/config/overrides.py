@@ -85,7 +85,7 @@ def group_names(config_dir: Path | None, config_name: str) -> dict[str, list[str
     groups = {}
     for d in sorted(p for p in config_dir.iterdir() if p.is_dir()):
         files = sorted(d.glob("*.yaml"))
-        global_ = any("@package _global_" in f.read_text() for f in files[:1])
+        global_ = bool(files) and "@package _global_" in files[0].read_text()
         if d.name in named or ("base_config" in defaults and global_):
             groups[d.name] = [f.stem for f in files]
     return groups

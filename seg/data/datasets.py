@@ -31,15 +31,7 @@ from seg.data.io import (
     read_mask_array,
 )
 from seg.data.listing import SPLITS, Listing, SampleRef
-from seg.data.registry import (
-    DATASETS,
-    MIX,
-    Role,
-    dataset,
-    dataset_folder,
-    list_dataset,
-    names_with_role,
-)
+from seg.data.registry import DATASETS, MIX, Role, dataset, list_dataset, names_with_role
 from seg.data.transforms import SourceTransforms, build_train_transform, seed_transform
 from seg.errors import ConfigError, DataError, MissingFileError
 from seg.fileio import write_text
@@ -178,7 +170,7 @@ def list_negatives_of(cfg: DataConfig) -> Listing | None:
             return list_dataset(cfg, cfg.negatives)
         root = resolve_data_root(None)
         try:
-            folder = dataset_folder(cfg.negatives, root, cfg.download)
+            return list_dataset(cfg, cfg.negatives, root)
         except DatasetNotFoundError:
             log.warning(
                 "training without photos without people: data.negatives_p=%g asks for %s, which "
@@ -188,7 +180,6 @@ def list_negatives_of(cfg: DataConfig) -> Listing | None:
                 cfg.negatives_p, cfg.negatives, root, cfg.negatives, root,
             )  # fmt: skip
             return None
-        return dataset(cfg.negatives).list(folder, cfg, BadSamplePolicy(cfg.on_bad_sample))
     folder = resolve_data_root(cfg.root) / Path(cfg.negatives).expanduser()  # absolute wins
     if not folder.is_dir():
         raise MissingFileError(

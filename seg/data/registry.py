@@ -241,10 +241,10 @@ def dataset_folder(name: str, root: Path, download: bool) -> Path:
     )
 
 
-def list_dataset(cfg: DataConfig, name: str) -> Listing:
-    """List dataset ``name`` under the configured data root (fetched when missing and
-    ``data.download`` is on)."""
-    folder = dataset_folder(name, resolve_data_root(cfg.root), cfg.download)
+def list_dataset(cfg: DataConfig, name: str, root: Path | None = None) -> Listing:
+    """List dataset ``name`` under ``root`` (default: the configured data root), fetched when
+    missing and ``data.download`` is on."""
+    folder = dataset_folder(name, root or resolve_data_root(cfg.root), cfg.download)
     return dataset(name).list(folder, cfg, BadSamplePolicy(cfg.on_bad_sample))
 
 

@@ -78,30 +78,22 @@ def with_init_source(cfg: Any, overrides: Sequence[str]) -> Config:
     cfg = to_config(cfg)
     if not cfg.trainer.init_from:
         return cfg
-    source = read_init_source(cfg.trainer.init_from)
     keys = command_keys(overrides)
     if "model" in keys:  # model=<another group>: the command's model throughout
         return cfg
+    source = read_init_source(cfg.trainer.init_from)
     mine = config_to_dict(cfg)
     merged = copy.deepcopy(mine)
-    taken = []
-    for key in BROUGHT:
-        group, _, name = key.partition(".")
-        theirs = source.config.get(group, {})
-        if name:
-            if name in theirs and not _set_by_command(key, keys):
-                merged[group][name] = theirs[name]
-                taken.append(key)
-            continue
-        model = copy.deepcopy(theirs)
-        for k in sorted(keys):  # the command's own model keys win, in its order
-            if k.startswith("model."):
-                node = OmegaConf.create({"model": model})
-                OmegaConf.update(node, k, OmegaConf.select(OmegaConf.create(mine), k), merge=False)
-                model = OmegaConf.to_container(node)["model"]
-        merged["model"] = model
-        taken.append(key)
-    changed = [k for k in taken if _select(mine, k) != _select(merged, k)]
+    merged["model"] = copy.deepcopy(source.config["model"])
+    for key in ("aug.mean", "aug.std"):
+        name = key.partition(".")[2]
+        if not _set_by_command(key, keys) and name in source.config.get("aug", {}):
+            merged["aug"][name] = source.config["aug"][name]
+    node, own = OmegaConf.create(merged), OmegaConf.create(mine)
+    for key in sorted(k for k in keys if k.startswith("model.")):  # the command's model keys
+        OmegaConf.update(node, key, OmegaConf.select(own, key), merge=False)
+    merged = OmegaConf.to_container(node)
+    changed = [k for k in BROUGHT if _select(mine, k) != _select(merged, k)]
     if changed:
         log.info(
             "trainer.init_from=%s: %s as the source's (%s)",
