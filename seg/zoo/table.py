@@ -72,9 +72,12 @@ def _num(value: Any) -> str:
     return "n/a" if value is None else f"{float(value):.2f}"
 
 
-def with_table(text: str, table: str, where: str = "README.md") -> str:
-    """``text`` with ``table`` between the markers (``START``, ``END``)."""
-    start, end = text.find(START), text.find(END)
+def with_table(
+    text: str, table: str, where: str = "README.md", markers: tuple[str, str] = (START, END)
+) -> str:
+    """``text`` with ``table`` between ``markers`` (the model table's by default)."""
+    start_mark, end_mark = markers
+    start, end = text.find(start_mark), text.find(end_mark)
     if start < 0 or end < start:
-        raise ConfigError(f"{where} has no model table markers ({START} ... {END})")
-    return f"{text[: start + len(START)]}\n{table}\n{text[end:]}"
+        raise ConfigError(f"{where} has no table markers ({start_mark} ... {end_mark})")
+    return f"{text[: start + len(start_mark)]}\n{table}\n{text[end:]}"
