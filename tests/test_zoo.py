@@ -249,6 +249,27 @@ def test_a_flipped_byte_fails_loading_in_one_line_naming_the_file(
     assert len(errors) == 1 and str(copy) in errors[0] and "SHA-256" in errors[0], errors
 
 
+def test_predict_with_no_checkpoint_and_no_network_writes_the_reference_mask(
+    shared_datasets: Path, cache_home: Path, tmp_path: Path
+) -> None:
+    """As a new user after the README's install: no checkpoint=, sockets refused, a fresh
+    cache (the export is made into it, nothing into the package), and none of the exporter's
+    INFO lines (onnx_ir printed one per graph pass) in the user's log."""
+    before = sorted(p.name for p in ZOO_DIR.iterdir())
+    photo = shutil.copy(shared_datasets / PHOTO, tmp_path / "photo.jpg")
+    result = run_script("predict.py", f"input={photo}", "out=out", cache=cache_home, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"the shipped model {DEFAULT}" in result.stderr  # the log names it
+    assert "onnx_ir" not in result.stderr, result.stderr[-3000:]
+    mask = cv2.imread(str(tmp_path / "out" / "photo_mask.png"), cv2.IMREAD_GRAYSCALE) > 127
+    reference = rle_decode(json.loads(REFERENCE.read_text()))
+    assert mask.shape == reference.shape
+    assert (mask == reference).mean() >= MIN_AGREEMENT
+    assert 0.05 < reference.mean() < 0.95  # a person, not an empty or full frame
+    assert list((cache_home / "humanseg" / "onnx").glob(f"{DEFAULT}.*.onnx"))
+    assert sorted(p.name for p in ZOO_DIR.iterdir()) == before
+
+
 def test_the_demo_starts_with_no_checkpoint_and_no_network(
     cache_home: Path, tmp_path: Path
 ) -> None:
