@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -48,6 +49,7 @@ class FlowField:
     flow: np.ndarray  # float32 (h, w, 2): dx, dy in shrunk pixels, current -> previous
     scale: float  # shrunk / full size
     residual: float  # mean |current - previous carried by the flow| in [0, 1], where valid
+    difference: np.ndarray  # float32 (h, w): that difference per pixel, 1 where not valid
 
 
 def shrink_gray(frame: np.ndarray, width: int = FLOW_WIDTH) -> tuple[np.ndarray, float]:
@@ -73,9 +75,10 @@ def backward_flow(
     photometric residual it leaves."""
     flow = dis.calc(current, previous, None)
     carried, valid = _warp(previous.astype(np.float32), flow, cv2.INTER_LINEAR)
-    diff = np.abs(carried - current.astype(np.float32))[valid]
-    residual = float(diff.mean() / 255.0) if diff.size else 1.0
-    return FlowField(flow, scale, residual)
+    difference = np.abs(carried - current.astype(np.float32)) / 255.0
+    residual = float(difference[valid].mean()) if valid.any() else 1.0
+    difference[~valid] = 1.0
+    return FlowField(flow, scale, residual, difference)
 
 
 def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +106,26 @@ def carry(
     if flow.shape[:2] != (h, w):  # the flow of shrunk frames, in full-size pixels
         flow = cv2.resize(flow, (w, h), interpolation=cv2.INTER_LINEAR) / field_.scale
     return _warp(previous, flow, interpolation)
+
+
+class Motion:
+    """The flow of each frame of one video from its predecessor: ``step(frame)`` gives it
+    (None for the first frame, or one of another size). One per video, its frames in order;
+    what several users of the same frames share (the metrics and the temporal mode)."""
+
+    def __init__(self) -> None:
+        self._dis = flow_estimator()
+        self._gray: np.ndarray | None = None
+
+    def step(self, frame: np.ndarray) -> FlowField | None:
+        gray, scale = shrink_gray(frame)
+        previous, self._gray = self._gray, gray
+        if previous is None or previous.shape != gray.shape:
+            return None
+        return backward_flow(previous, gray, scale, self._dis)
+
+    def reset(self) -> None:
+        self._gray = None
 
 
 def scene_cut(field_: FlowField, threshold: float = CUT_RESIDUAL) -> bool:
@@ -175,25 +198,30 @@ class ClipMeter:
     """
 
     counts: TemporalCounts = field(default_factory=TemporalCounts)
-    _dis: cv2.DISOpticalFlow = field(default_factory=flow_estimator, repr=False)
-    _gray: np.ndarray | None = None
+    _motion: Motion = field(default_factory=Motion, repr=False)
+    _started: bool = False
     _pred: np.ndarray | None = None
     _truth: np.ndarray | None = None
     _centroid: tuple[float, float] | None = None
     _since_cut: int = AFTER_CUT  # frames since the last cut (AFTER_CUT: none recent)
 
     def update(
-        self, frame: np.ndarray, pred: np.ndarray, truth: np.ndarray | None, cut: bool | None
+        self,
+        frame: np.ndarray,
+        pred: np.ndarray,
+        truth: np.ndarray | None,
+        cut: bool | None,
+        motion: FlowField | Literal["own"] | None = "own",
     ) -> None:
+        """Count one frame. ``motion``: the frame's flow from its predecessor where the caller
+        has it (``Motion.step``, shared with other users of the frames), else computed here."""
         c = self.counts
         pred = pred.astype(bool)
-        gray, scale = shrink_gray(frame)
-        field_ = None
-        if self._gray is not None and self._gray.shape == gray.shape:
-            field_ = backward_flow(self._gray, gray, scale, self._dis)
+        field_ = self._motion.step(frame) if motion == "own" else motion
         if cut is None:
             cut = field_ is not None and scene_cut(field_)
-        first = self._gray is None
+        first = not self._started
+        self._started = True
         if cut and not first:
             self._since_cut = 0
         if field_ is not None and not cut:
@@ -202,8 +230,7 @@ class ClipMeter:
             self._label_counts(pred, truth, cut or first)
         c.frames += 1
         self._since_cut += 1
-        self._gray, self._pred = gray, pred
-        self._truth = truth
+        self._pred, self._truth = pred, truth
 
     def _flow_counts(self, pred: np.ndarray, field_: FlowField) -> None:
         assert self._pred is not None
