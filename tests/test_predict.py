@@ -21,6 +21,7 @@ from seg.config import (
     Config,
     OutputKind,
     PredictConfig,
+    TemporalConfig,
     compose_predict_config,
 )
 from seg.data.io import BadSampleError, read_image
@@ -164,12 +165,16 @@ def test_video_gives_a_video_per_kind_with_every_frame(setup, photos, tmp_path):
     make_video(video, read_image(photos / "1.jpg"))
     assert count_frames(video)[0] == 6
     kinds = [OutputKind.mask, OutputKind.blur, OutputKind.replace]
+    steady = TemporalConfig(enabled=True)
     summary = run_predict(
-        predict_cfg(video, tmp_path / "out", outputs=kinds, batch_size=4), model, cfg
+        predict_cfg(video, tmp_path / "out", outputs=kinds, batch_size=4, temporal=steady),
+        model,
+        cfg,
     )
     assert summary["frames"] == 6 and summary["images"] == 0
     stages = summary["video_seconds"]  # the stage shares predict.py reports
-    assert list(stages) == ["decode", "infer", "render", "encode"] and min(stages.values()) > 0
+    assert list(stages) == ["decode", "infer", "steady", "render", "encode"]
+    assert min(stages.values()) > 0
     for suffix in ("mask", "blur", "bg"):
         assert count_frames(tmp_path / "out" / f"clip_{suffix}.mp4") == (6, (96, 128))
     with pytest.raises(ValueError, match="cutout"):

@@ -147,3 +147,35 @@ def test_a_clip_folder_without_its_mask_is_named(tmp_path: Path) -> None:
         score_clips(bright, find_clips(clip), {PER_FRAME: None})
     with pytest.raises(MissingFileError, match=r"clips=.*nope does not exist"):
         find_clips(tmp_path / "nope")
+
+
+def test_two_webcam_sessions_do_not_share_state() -> None:
+    """The demo keeps one WebcamSession per browser session (gr.State): two visitors' frames,
+    interleaved, come out as each visitor's alone; a change of model starts afresh."""
+    from seg.demo.page import WebcamSession
+
+    def frames(seed: int, start: int) -> list[tuple[np.ndarray, Prediction]]:
+        out = []
+        for i in range(5):
+            frame, mask = scene(start + 8 * i, seed=seed)
+            rng = np.random.default_rng(seed + i)
+            out.append((frame, per_frame(mask, rng.normal(0, 0.15, mask.shape).astype(np.float32))))
+        return out
+
+    one, two = frames(0, 10), frames(3, 80)
+    alone = [WebcamSession(TemporalOptions()) for _ in range(2)]
+    expected = [
+        [s.frame("m", f, p).mask for f, p in clip]
+        for s, clip in zip(alone, (one, two), strict=True)
+    ]
+    a, b = WebcamSession(TemporalOptions()), WebcamSession(TemporalOptions())
+    got: list[list[np.ndarray]] = [[], []]
+    for (fa, pa), (fb, pb) in zip(one, two, strict=True):
+        got[0].append(a.frame("m", fa, pa).mask)
+        got[1].append(b.frame("m", fb, pb).mask)
+    for g, e in zip(got, expected, strict=True):
+        assert all(np.array_equal(x, y) for x, y in zip(g, e, strict=True))
+    assert not np.array_equal(expected[0][-1], one[-1][1].mask)  # the mode did something
+    frame, pred = one[0]
+    assert np.array_equal(a.frame("another model", frame, pred).mask, pred.mask)
+    assert WebcamSession(None).frame("m", frame, pred) is pred  # the mode off

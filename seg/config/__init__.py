@@ -43,6 +43,7 @@ from seg.config.inference import (
     PredictorOptions,
     RefineConfig,
     SlideConfig,
+    TemporalConfig,
 )
 from seg.config.model import ColumnConfig, ModelConfig, UNetConfig
 from seg.config.predict import (
@@ -98,6 +99,7 @@ __all__ = [
     "RefineConfig",
     "ScheduleName",
     "SlideConfig",
+    "TemporalConfig",
     "TrainerConfig",
     "UNetConfig",
     "check_aug_config_ranges",

@@ -63,6 +63,21 @@ class RefineConfig:
     color: bool = False  # guide by the three channels (a 3x3 solve per pixel) instead of luma
 
 
+@dataclass
+class TemporalConfig:
+    """Video only (``predict.py``'s videos, the demo's Video and Webcam tabs, ``evaluate.py
+    clips=``): each frame's person probability blended with the previous frame's, carried by
+    the optical flow, where the frame is doubtful and the flow explains the pixel; a label
+    changes only past 0.5 +- ``hysteresis``; a scene cut resets it (seg/inference/temporal.py,
+    docs/evaluation.md "Video")."""
+
+    enabled: bool = False  # per-frame prediction until the val clips say otherwise
+    blend: float = 0.5  # weight of the carried previous probability
+    hysteresis: float = 0.1
+    occlusion: float = 0.05  # no blending where the carried frame differs more (0-1)
+    cut: float = 0.12  # mean difference the flow leaves that makes a scene cut (0-1)
+
+
 def check_inference_options(cfg: InferenceOptions) -> list[tuple[bool, str, object, str]]:
     """The range checks of the options every inference script shares (for the callers' check
     lists)."""
@@ -83,6 +98,17 @@ def check_inference_options(cfg: InferenceOptions) -> list[tuple[bool, str, obje
         ),
         (refine.radius > 0, "refine.radius", refine.radius, "a number > 0 (model-input pixels)"),
         (refine.eps > 0, "refine.eps", refine.eps, "a number > 0, e.g. 1e-3"),
+        *check_temporal(cfg.temporal),
+    ]
+
+
+def check_temporal(t: TemporalConfig) -> list[tuple[bool, str, object, str]]:
+    """The range checks of ``temporal.*``."""
+    return [
+        (0 <= t.blend < 1, "temporal.blend", t.blend, "a number in [0, 1), e.g. 0.5"),
+        (0 <= t.hysteresis < 0.5, "temporal.hysteresis", t.hysteresis, "a number in [0, 0.5)"),
+        (0 < t.occlusion <= 1, "temporal.occlusion", t.occlusion, "a number in (0, 1]"),
+        (0 < t.cut <= 1, "temporal.cut", t.cut, "a number in (0, 1], e.g. 0.12"),
     ]
 
 
@@ -106,6 +132,7 @@ class InferenceOptions:
     # The predictor's options that every script takes (docs/evaluation.md, "Options").
     slide: SlideConfig = field(default_factory=SlideConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)  # refine.guided=true: on
+    temporal: TemporalConfig = field(default_factory=TemporalConfig)  # videos only
 
 
 @dataclass

@@ -48,6 +48,7 @@ from seg.inference.media import IMAGE_EXTENSIONS
 from seg.inference.prediction import OutputSpec, predict_video
 from seg.inference.predictor import Prediction, Predictor, predictor_from_options
 from seg.inference.render import Background, RenderOptions, render
+from seg.inference.temporal import TemporalFilter, TemporalOptions
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,7 @@ def segment_video(
     out_dir: Path,
     opts: PhotoOptions,
     stop: threading.Event | None = None,
+    temporal: TemporalOptions | None = None,
 ) -> Path:
     """``predict.py``'s video path (``predict_video``) into ``out_dir``: a VP8 .webm, which
     browsers play. Its tqdm bar is what the page's progress bar follows. Once ``stop`` is set,
@@ -163,8 +165,30 @@ def segment_video(
         alpha=opts.alpha, background=Background(opts.background), blur_sigma=opts.blur_sigma
     )
     spec = OutputSpec(out_dir, [kind], render_opts, video_ext=".webm")
-    summary = predict_video(predictor, Path(path), spec, batch_size=4, progress=True, stop=stop)
+    summary = predict_video(
+        predictor, Path(path), spec, batch_size=4, progress=True, stop=stop, temporal=temporal
+    )
     return Path(summary["written"][0])
+
+
+@dataclass
+class WebcamSession:
+    """One browser session's webcam state (a ``gr.State``, never shared between visitors): its
+    frame rate, and its temporal filter (None: per-frame prediction), begun again when the
+    session's model changes."""
+
+    temporal: TemporalOptions | None
+    rate: FrameRate = field(default_factory=lambda: FrameRate())
+    label: str | None = None
+    steady: TemporalFilter | None = None
+
+    def frame(self, label: str, image: np.ndarray, pred: Prediction) -> Prediction:
+        """``pred`` of the session's next frame, steadied when the temporal mode is on."""
+        if self.temporal is None:
+            return pred
+        if self.steady is None or label != self.label:
+            self.steady, self.label = TemporalFilter(self.temporal), label
+        return self.steady(image, pred)
 
 
 class FrameRate:

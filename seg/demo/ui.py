@@ -16,10 +16,10 @@ from seg.config import AlphaMode, DemoConfig, OutputKind
 from seg.demo.page import (
     MULTI_SCALE,
     VIDEO_KINDS,
-    FrameRate,
     Models,
     PhotoOptions,
     Requests,
+    WebcamSession,
     example_photos,
     import_gradio,
     read_photo,
@@ -31,6 +31,7 @@ from seg.evaluation.report import run_summary
 from seg.inference.media import write_image
 from seg.inference.prediction import Cancelled
 from seg.inference.render import Background, RenderOptions, render
+from seg.inference.temporal import temporal_options
 
 COLOURS = ["green", "white", "black", "blue", "grey"]
 
@@ -193,6 +194,7 @@ def video_tab(page: Page) -> None:
                 out_dir,
                 photo_options(threshold, flip, scales, soft, colour, background),
                 page.requests.stopping,
+                temporal_options(page.cfg.temporal),
             )
         except Cancelled:
             raise UserError("the demo server is stopping: the video was not finished") from None
@@ -213,13 +215,15 @@ def webcam_tab(page: Page) -> None:
     gr = page.gr
 
     @page.handler
-    def on_frame(frame, label, kind, rate):
-        rate = rate or FrameRate()  # one per browser session (gr.State)
+    def on_frame(frame, label, kind, session):
+        # one per browser session (gr.State): its frame rate and its temporal state
+        session = session or WebcamSession(temporal_options(page.cfg.temporal))
         if frame is None:
-            return None, "", rate
+            return None, "", session
         (pred,) = page.models.predict(label, [frame], False, False)
+        pred = session.frame(label, frame, pred)
         shown = render(OutputKind(kind), frame, pred, RenderOptions(background=Background("green")))
-        return shown, f"{rate.tick():.1f} frames/s", rate
+        return shown, f"{session.rate.tick():.1f} frames/s", session
 
     with gr.Tab("Webcam"):
         with gr.Row():
@@ -228,11 +232,11 @@ def webcam_tab(page: Page) -> None:
                 cam_out = gr.Image(label="result", elem_id="webcam_result")
                 fps = gr.Markdown(elem_id="fps")
         cam_kind = gr.Radio([k.value for k in VIDEO_KINDS], value="overlay", label="output")
-        rate = gr.State(None)
+        session = gr.State(None)
         cam.stream(
             on_frame,
-            [cam, page.model, cam_kind, rate],
-            [cam_out, fps, rate],
+            [cam, page.model, cam_kind, session],
+            [cam_out, fps, session],
             stream_every=1 / page.cfg.webcam_fps,
             time_limit=600,
         )

@@ -32,6 +32,7 @@ from seg.inference.media import (
 )
 from seg.inference.predictor import Predictor, StageClock, predictor_from_options
 from seg.inference.render import SUFFIXES, Background, RenderOptions, render
+from seg.inference.temporal import TemporalFilter, TemporalOptions, temporal_options
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,13 @@ def predict_video(
     batch_size: int = 8,
     progress: bool = True,
     stop: threading.Event | None = None,
+    temporal: TemporalOptions | None = None,
 ) -> dict[str, Any]:
     """Predict a video frame by frame in batches; one video ``<stem>_<kind><spec.video_ext>`` per
     kind (mp4v .mp4 or VP8 .webm). Once ``stop`` is set, the next batch raises
-    :class:`Cancelled` instead (a server stopping: its videos end within a batch).
+    :class:`Cancelled` instead (a server stopping: its videos end within a batch). With
+    ``temporal``, the network's batches are steadied frame by frame, in order
+    (``seg.inference.temporal``; the "steady" stage of the returned seconds).
 
     The outputs appear only once complete. Returns ``{"frames": n, "written": [paths],
     "seconds": {stage: s}}``, the wall time of each stage (decode, infer, render, encode). A
@@ -140,6 +144,7 @@ def predict_video(
     writers: list[tuple[OutputKind, VideoWriter]] = []
     frames = 0
     clock = StageClock()
+    steady = TemporalFilter(temporal) if temporal is not None else None
     try:
         with tqdm(
             total=info.frames or None, unit="frame", desc=path.name, disable=not progress
@@ -155,6 +160,8 @@ def predict_video(
                         writers.append((kind, VideoWriter(target, info.fps, size)))
                 predictions = clock.time("infer", predictor, images)
                 for image, pred in zip(images, predictions, strict=True):
+                    if steady is not None:
+                        pred = clock.time("steady", steady, image, pred)
                     for kind, writer in writers:
                         frame = clock.time("render", render, kind, image, pred, spec.options)
                         clock.time("encode", writer.write, frame)
@@ -233,7 +240,10 @@ def _predict_all(
     summary.update(frames=0, device=str(predictor.device), backend=backend)
     for video in inputs.videos:
         try:
-            result = predict_video(predictor, video, spec, cfg.batch_size, cfg.progress)
+            result = predict_video(
+                predictor, video, spec, cfg.batch_size, cfg.progress,
+                temporal=temporal_options(cfg.temporal),
+            )  # fmt: skip
         except UnreadableVideo as err:  # the skip policy holds for videos as for images
             if BadSamplePolicy(cfg.on_bad_input) is not BadSamplePolicy.skip:
                 raise

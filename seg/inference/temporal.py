@@ -24,6 +24,7 @@ from typing import Literal
 import cv2
 import numpy as np
 
+from seg.config import TemporalConfig
 from seg.inference.predictor import Prediction
 from seg.metrics.temporal import CUT_RESIDUAL, FlowField, Motion, carry, scene_cut
 
@@ -41,6 +42,13 @@ class TemporalOptions:
     hysteresis: float = 0.1
     occlusion: float = 0.05
     cut: float = CUT_RESIDUAL
+
+
+def temporal_options(cfg: TemporalConfig) -> TemporalOptions | None:
+    """A script's ``temporal.*`` -> the filter's options (None: per-frame prediction)."""
+    if not cfg.enabled:
+        return None
+    return TemporalOptions(cfg.blend, cfg.hysteresis, cfg.occlusion, cfg.cut)
 
 
 class TemporalFilter:
