@@ -8,6 +8,8 @@
         "data.folder.mask_pattern='{stem}_mask.png'" data.folder.encoding=instances
     python scripts/evaluate.py checkpoint=best.pt data=folder data.root=/big split=all \\
         eval_size=[1024,768] slide.window=[256,192] slide.stride=[128,96]
+    python scripts/evaluate.py clips=data/clips/test       # video: flicker, lag, after a cut
+    python scripts/evaluate.py clips=talk.mp4 clip_masks=talk_masks/
 
 Options are Hydra overrides of ``seg.config.EvalConfig`` (configs/evaluate.yaml);
 ``checkpoint`` defaults to ``person``, the model the package ships (seg/zoo/person.md);
@@ -38,7 +40,15 @@ def _evaluate(argv: list[str]) -> int:
     from seg.config import compose_eval_config
     from seg.evaluation.scoring import run_evaluation
 
-    result = run_evaluation(compose_eval_config(argv))
+    cfg = compose_eval_config(argv)
+    if cfg.clips is not None:
+        from seg.evaluation.clips import run_clip_evaluation
+
+        result = run_clip_evaluation(cfg)
+        print(result["table"], flush=True)
+        log.info("%s in %.1f s -> %s", cfg.clips, result["timing_s"]["total"], result["out_dir"])
+        return 0
+    result = run_evaluation(cfg)
     timing = result["timing_s"]
     print(result["table"], flush=True)
     log.info(

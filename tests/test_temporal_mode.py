@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from seg.errors import MissingFileError
+from seg.errors import ConfigError, MissingFileError
 from seg.evaluation.clips import PER_FRAME, find_clips, score_clips
 from seg.inference.predictor import Prediction
 from seg.inference.temporal import TemporalFilter, TemporalOptions
@@ -179,3 +179,38 @@ def test_two_webcam_sessions_do_not_share_state() -> None:
     frame, pred = one[0]
     assert np.array_equal(a.frame("another model", frame, pred).mask, pred.mask)
     assert WebcamSession(None).frame("m", frame, pred) is pred  # the mode off
+
+
+def test_evaluate_scores_a_clip_set_and_a_video_with_its_masks(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """``evaluate.py clips=``: per-frame and temporal figures per kind, written with the
+    checkpoint's digest; a video with a mask folder is a clip too."""
+    from seg.config import compose_eval_config
+    from seg.data.manifest import sha256_file
+    from seg.evaluation.clips import run_clip_evaluation
+    from seg.inference.media import VideoWriter
+
+    write_clip(tmp_path / "set" / "walk_00", [10, 18, 26])
+    write_clip(tmp_path / "set" / "cut_00", [10, 10, 60], cuts=[2])
+    base = [f"checkpoint={tiny_checkpoint}", "backend=torch", "device=cpu"]
+    result = run_clip_evaluation(
+        compose_eval_config([*base, f"clips={tmp_path / 'set'}", f"out={tmp_path / 'out'}"])
+    )
+    saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert saved["sha256"] == sha256_file(tiny_checkpoint)
+    assert set(saved["modes"]) == {PER_FRAME, "temporal"}
+    assert set(saved["modes"][PER_FRAME]) == {"cut", "video", "all"}
+    assert saved["modes"]["temporal"]["all"]["frames"] == 6
+    assert "cut" in result["table"] and (tmp_path / "out" / "report.txt").is_file()
+    video = tmp_path / "v.mp4"
+    writer = VideoWriter(video, 10, (H, W))
+    for path in sorted((tmp_path / "set" / "walk_00" / "frames").glob("*.png")):
+        writer.write(cv2.imread(str(path))[..., ::-1])
+    writer.commit()
+    masks = tmp_path / "set" / "walk_00" / "masks"
+    args = [*base, f"clips={video}", f"clip_masks={masks}", f"out={tmp_path / 'v'}"]
+    from_video = run_clip_evaluation(compose_eval_config(args))
+    assert from_video["modes"][PER_FRAME]["video"]["frames"] == 3
+    with pytest.raises(ConfigError, match="clip_masks"):
+        compose_eval_config([*base, f"clip_masks={masks}"])

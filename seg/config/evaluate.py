@@ -48,6 +48,11 @@ class EvalConfig(PredictorOptions):
     max_images: int = 0  # per source, the first N of the split (0 = all): quick looks
     target_pixel_acc: float | None = None  # null = the checkpoint's trainer.target_pixel_acc
     progress: bool = True
+    # Video: a clip folder (frames/ and masks/), a set of them (scripts/make_clips.py), or a
+    # video with clip_masks=<a folder of one mask per frame>: flicker, lag and recovery after
+    # a cut, per frame and with the temporal mode (temporal.*), instead of data= and split=
+    clips: str | None = None
+    clip_masks: str | None = None
 
     def __post_init__(self) -> None:  # as every schema: range checks when the object is made
         check_eval_config(self)
@@ -73,6 +78,12 @@ def check_eval_config(cfg: EvalConfig) -> None:
             "target_pixel_acc",
             cfg.target_pixel_acc,
             "null or a fraction in (0, 1]",
+        ),
+        (
+            cfg.clip_masks is None or cfg.clips is not None,
+            "clip_masks",
+            cfg.clip_masks,
+            "null, or a mask folder beside clips=<a video>",
         ),
         *check_predictor_options(cfg),
     ]
