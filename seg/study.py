@@ -153,7 +153,7 @@ def row_figures(row: Row, run_dir: Path, photos: int) -> dict[str, Any]:
         "run": str(run_dir),
         "photos": photos,
         "start": row.start,
-        "epochs": final.get("epoch", 0) + 1 if row.epochs else 0,
+        "epochs": final.get("epoch", 0) if row.epochs else 0,  # epochs completed
         "steps": final.get("step"),
         "minutes": final["elapsed_s"] / 60 if row.epochs else None,
         "base_minutes": final["elapsed_s"] / 60,

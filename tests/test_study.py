@@ -92,7 +92,7 @@ def _finished_run(root: Path, val: list[float], dirty: bool = False) -> Path:
     (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     _write(
         root / "metrics.json",
-        {"epoch": len(val) - 1, "step": 4 * len(val), "elapsed_s": 90.0,
+        {"epoch": len(val), "step": 4 * len(val), "elapsed_s": 90.0,
          "best_key": "val/train_sources/iou_person"},
     )  # fmt: skip
     _write(root / "run_info.json", {"git": {"commit": "8505afb" + "0" * 33, "dirty": dirty}})
