@@ -343,7 +343,7 @@ def test_bad_options_name_the_key(override: str, match: str) -> None:
 
 
 def test_typos_fail_when_composing() -> None:
-    with pytest.raises(ConfigError, match=r"unknown config key scals; did you mean scales\?"):
+    with pytest.raises(ConfigError, match=r"unknown config key scals; did you mean scales\b"):
         compose_eval_config(["checkpoint=x.pt", "scals=[1.0]"])
     with pytest.raises(ConfigCompositionException, match=r"'flop', expected one of \[flip\]"):
         compose_eval_config(["checkpoint=x.pt", "tta=[flop]"])
