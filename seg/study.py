@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seg.config import DataConfig
+from seg.data.listing import natural_key
 from seg.data.registry import list_dataset
 from seg.errors import ConfigError, MissingFileError
 from seg.runs import RunLayout
@@ -74,12 +75,8 @@ def nested_subsets(ids: Sequence[str], sizes: Sequence[int], seed: int) -> dict[
     for n in sizes:
         if n > len(order):
             raise ConfigError(f"a subset of {n} photos: the training split has {len(order)}")
-        out[n] = sorted(order[:n] if n else order, key=_natural)
+        out[n] = sorted(order[:n] if n else order, key=natural_key)
     return out
-
-
-def _natural(name: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in name.replace(".", " ").split())
 
 
 def build_folders(

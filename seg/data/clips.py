@@ -29,7 +29,6 @@ and the SHA-256 of its frames' and masks' pixels, before JPEG encoding).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -405,10 +404,3 @@ def make_clip_sets(
         index["sets"][set_name] = records
     write_json(out / "clips.json", index)
     return index
-
-
-def read_index(folder: Path) -> dict:
-    path = folder / "clips.json"
-    if not path.is_file():
-        raise DataError(f"{path} does not exist: write the clips with scripts/make_clips.py")
-    return json.loads(path.read_text())

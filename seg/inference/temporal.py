@@ -18,7 +18,6 @@ new video. The network still runs in batches: the filter is applied after it, fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import cv2
@@ -26,29 +25,19 @@ import numpy as np
 
 from seg.config import TemporalConfig
 from seg.inference.predictor import Prediction
-from seg.metrics.temporal import CUT_RESIDUAL, FlowField, Motion, carry, scene_cut
+from seg.metrics.temporal import FlowField, Motion, carry, scene_cut
 
 CONFIDENT = 0.8  # |2p - 1| from which a pixel is sure (p <= 0.1 or p >= 0.9): not blended
 
 
-@dataclass(frozen=True)
-class TemporalOptions:
-    """``blend``: weight of the carried previous probability (0: per-frame prediction);
-    ``hysteresis``: a pixel changes label only when its probability passes 0.5 by this much;
-    ``occlusion``: no blending where the carried frame's brightness differs by more (in
-    [0, 1]); ``cut``: the mean difference that makes a scene cut."""
-
-    blend: float = 0.5
-    hysteresis: float = 0.1
-    occlusion: float = 0.05
-    cut: float = CUT_RESIDUAL
+# The filter's options are the scripts' ``temporal.*`` (``TemporalConfig``: ``blend``,
+# ``hysteresis``, ``occlusion``, ``cut``); ``enabled`` is the scripts' switch, not the filter's.
+TemporalOptions = TemporalConfig
 
 
 def temporal_options(cfg: TemporalConfig) -> TemporalOptions | None:
     """A script's ``temporal.*`` -> the filter's options (None: per-frame prediction)."""
-    if not cfg.enabled:
-        return None
-    return TemporalOptions(cfg.blend, cfg.hysteresis, cfg.occlusion, cfg.cut)
+    return cfg if cfg.enabled else None
 
 
 class TemporalFilter:

@@ -32,12 +32,14 @@ from typing import Literal
 import cv2
 import numpy as np
 
+from seg.config import TemporalConfig
+
 FLOW_WIDTH = 320  # frames are shrunk to this width (at most) for the optical flow
 FAST_MOTION = 0.02  # a frame is fast when the true centroid moved > 2% of the diagonal
 AFTER_CUT = 3  # frames after a cut (the cut's first frame included) scored as recovery
 # A new scene: the mean absolute difference (in [0, 1]) between a frame and its predecessor
 # carried by the flow, where the flow lands inside the predecessor.
-CUT_RESIDUAL = 0.12
+CUT_RESIDUAL = TemporalConfig.cut  # the temporal mode's default, temporal.cut
 IGNORE = 255
 
 
